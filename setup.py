@@ -1,0 +1,12 @@
+"""Builds the native kernels (native/src/*.c) as episodic_cli.native._kernels; all metadata is in pyproject.toml."""
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "episodic_cli.native._kernels",
+            sources=["native/src/kernels_module.c", "native/src/surprise.c"],
+            extra_compile_args=["-O3", "-std=c99"],
+        )
+    ]
+)
