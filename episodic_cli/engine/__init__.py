@@ -1,0 +1,1 @@
+"""The engine: ingest pipeline, segmentation, retrieval, llama.cpp backend and answering. No terminal code here."""
