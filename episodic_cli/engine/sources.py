@@ -1,0 +1,400 @@
+"""Source discovery and parsing: turn user paths into SourceDocuments with page/line-addressable text.
+
+Plain engine module: no terminal output. Every per-file failure is a SourceError whose message is one
+user-facing line saying what to do; discovery reports notable skips as Skipped values instead of raising.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import os
+import re
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pathspec
+
+# pypdf (strict=False) logs a warning for every repaired xref/object; with no handler configured Python's
+# last-resort handler would print those to stderr in the middle of the CLI's output. A NullHandler keeps them
+# quiet unless the application configures logging itself (records still propagate to its handlers).
+logging.getLogger("pypdf").addHandler(logging.NullHandler())
+
+MAX_FILE_BYTES = 20 * 1024 * 1024
+MAX_JSON_BYTES = 1024 * 1024
+_SNIFF_BYTES = 8192
+
+TEXT_EXTS = frozenset({".txt", ".md", ".markdown", ".rst", ".org", ".tex"})
+CODE_EXTS = frozenset(
+    """.py .pyi .c .h .cc .cpp .hpp .cu .rs .go .java .kt .scala .swift .js .jsx .ts .tsx .mjs .cjs .rb .php
+    .cs .sh .bash .zsh .ps1 .lua .pl .r .jl .sql .html .css .scss .toml .yaml .yml .ini .cfg .json .xml .proto
+    .cmake .gradle .m .mm .hs .ml .ex .exs .erl .clj .el .vim .dart .zig .nim .f90""".split()
+)
+PDF_EXT = ".pdf"
+# Extensionless files worth reading, by lower-cased name; prose docs are "text", build recipes are "code".
+_DOC_NAMES = frozenset(
+    "readme license licence copying notice authors contributors contributing changelog changes history "
+    "news install todo security codeowners".split()
+)
+_CODE_NAMES = frozenset(
+    "makefile gnumakefile dockerfile containerfile vagrantfile jenkinsfile procfile gemfile rakefile "
+    "brewfile justfile".split()
+)
+_LOCK_NAMES = frozenset({"package-lock.json", "npm-shrinkwrap.json", "pnpm-lock.yaml"})
+SKIP_DIRS = frozenset(
+    """.git .hg .svn node_modules .venv venv env __pycache__ .mypy_cache .pytest_cache .tox .nox dist build
+    site-packages .idea .vscode target vendor third_party bower_components .next coverage htmlcov""".split()
+)
+
+_BINARY_HINT = "epi reads PDF, text, Markdown, reST and source code"
+# C0 controls other than the whitespace/escape ones real text uses, plus DEL and C1 (a latin-1 decode of binary).
+_CONTROL_RE = re.compile(r"[\x00-\x07\x0e-\x1a\x1c-\x1f\x7f-\x9f]")
+_MULTI_NEWLINE_RE = re.compile(r"\n{3,}")
+_TRAILING_WS_RE = re.compile(r"[ \t\f\v]+$", re.MULTILINE)
+
+
+class SourceError(Exception):
+    """One-line, user-facing reason a file cannot be ingested; the message says what to do."""
+
+    def __init__(self, message: str, path: Path | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+@dataclass
+class SourceDocument:
+    path: Path
+    display_path: str
+    kind: str  # "pdf" | "text" | "code"
+    text: str
+    content_sha256: str
+    page_starts: list[int] | None
+    n_pages: int | None
+    n_lines: int | None
+    _line_starts: list[int] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def locate(self, char_start: int, char_end: int) -> tuple[int | None, int | None, int | None, int | None]:
+        """(page_start, page_end, line_start, line_end), 1-based inclusive, for the span [char_start, char_end)."""
+        first, last = self._span_chars(char_start, char_end)
+        if self.page_starts is not None:
+            # bisect_right: an empty page shares its start offset with the next one, and a character at that
+            # offset belongs to the later (non-empty) page.
+            return bisect_right(self.page_starts, first), bisect_right(self.page_starts, last), None, None
+        if self._line_starts is None:
+            self._line_starts = [0] + [m.end() for m in re.finditer("\n", self.text)]
+        n = len(self._line_starts)
+        return None, None, min(bisect_right(self._line_starts, first), n), min(bisect_right(self._line_starts, last), n)
+
+    def _span_chars(self, char_start: int, char_end: int) -> tuple[int, int]:
+        """First and last (inclusive) character of the span, trimmed of edge whitespace so that a chunk that
+        begins with the page separator or ends on a newline is not attributed to the neighbouring page/line."""
+        size = len(self.text)
+        if size == 0:
+            return 0, 0
+        start = min(max(char_start, 0), size - 1)
+        end = min(max(char_end, start + 1), size)
+        s, e = start, end
+        while s < e and self.text[s].isspace():
+            s += 1
+        while e > s and self.text[e - 1].isspace():
+            e -= 1
+        if s == e:  # all-whitespace span: fall back to the raw bounds
+            s, e = start, end
+        return s, e - 1
+
+
+@dataclass
+class Skipped:
+    path: Path
+    reason: str
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+# ----------------------------------------------------------------------------------------------- discovery
+
+
+def _is_candidate(name: str) -> bool:
+    lower = name.lower()
+    if lower.endswith(".lock") or lower in _LOCK_NAMES or lower.endswith((".min.js", ".min.css")):
+        return False
+    ext = os.path.splitext(lower)[1]
+    if ext:
+        return ext in TEXT_EXTS or ext in CODE_EXTS or ext == PDF_EXT
+    return lower in _DOC_NAMES or lower in _CODE_NAMES
+
+
+def _load_ignore(path: Path) -> pathspec.GitIgnoreSpec | None:
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    try:
+        return pathspec.GitIgnoreSpec.from_lines(lines)
+    except Exception:
+        # One malformed pattern must not discard the whole file (git ignores bad lines too).
+        good = []
+        for line in lines:
+            try:
+                pathspec.GitIgnoreSpec.from_lines([line])
+                good.append(line)
+            except Exception:
+                continue
+        return pathspec.GitIgnoreSpec.from_lines(good)
+
+
+# An ignore source: the spec plus its directory as a "/"-terminated prefix relative to the top of the tree
+# ("" for the top itself); git evaluates patterns relative to the directory holding the .gitignore.
+_Rules = list[tuple[str, pathspec.GitIgnoreSpec]]
+
+
+def _ignored(rules: _Rules, rel: str, is_dir: bool) -> bool:
+    # Deeper .gitignore files override shallower ones, and .git/info/exclude (first in the list) ranks lowest;
+    # within one spec check_file already applies git's last-match-wins, negations included.
+    for prefix, spec in reversed(rules):
+        if not rel.startswith(prefix):
+            continue
+        verdict = spec.check_file(rel[len(prefix) :] + ("/" if is_dir else "")).include
+        if verdict is not None:
+            return verdict
+    return False
+
+
+def _initial_rules(root: Path) -> tuple[str, _Rules]:
+    """Rules inherited from the enclosing git work tree (exclude file and ancestors' .gitignore files), and
+    root's path relative to the work-tree top, so a subdirectory argument is filtered the way git would."""
+    top = next((d for d in (root, *root.parents) if (d / ".git").exists()), root)
+    rules: _Rules = []
+    exclude = top / ".git" / "info" / "exclude"
+    if exclude.is_file() and (spec := _load_ignore(exclude)):
+        rules.append(("", spec))
+    rel_root = "" if top == root else root.relative_to(top).as_posix() + "/"
+    parts = root.relative_to(top).parts
+    for depth in range(len(parts)):  # ancestors strictly above root; root's own file is read by the walk
+        d = top.joinpath(*parts[:depth])
+        if (d / ".gitignore").is_file() and (spec := _load_ignore(d / ".gitignore")):
+            rules.append(("/".join(parts[:depth]) + ("/" if depth else ""), spec))
+        if _ignored(rules, "/".join(parts[: depth + 1]), True):
+            # The user named a directory git would ignore (e.g. a dotfiles repo in $HOME ignoring "*"): an
+            # explicit argument wins, as for files, so inherited rules must not silently empty the walk.
+            return rel_root, []
+    return rel_root, rules
+
+
+def _walk(root: Path) -> Iterator[tuple[Path, str] | Skipped]:
+    rel_root, rules = _initial_rules(root)
+    yield from _walk_dir(root, rel_root, "", rules)
+
+
+def _walk_dir(directory: Path, top_rel: str, display_rel: str, rules: _Rules) -> Iterator[tuple[Path, str] | Skipped]:
+    if (directory / ".gitignore").is_file() and (spec := _load_ignore(directory / ".gitignore")):
+        rules = [*rules, (top_rel, spec)]
+    try:
+        with os.scandir(directory) as it:
+            entries = sorted(it, key=lambda e: e.name)
+    except OSError as exc:
+        yield Skipped(directory, f"cannot list directory ({exc.strerror or exc})")
+        return
+    for entry in entries:
+        name = entry.name
+        path = Path(entry.path)
+        try:
+            is_real_dir = entry.is_dir(follow_symlinks=False)
+            is_file = entry.is_file()  # follows file symlinks on purpose
+        except OSError:
+            continue
+        if is_real_dir:
+            if name in SKIP_DIRS or name.endswith(".egg-info") or _ignored(rules, top_rel + name, True):
+                continue
+            yield from _walk_dir(path, f"{top_rel}{name}/", f"{display_rel}{name}/", rules)
+            continue
+        # Directory symlinks (is_dir false above, is_file false here) are never followed: no loops, no escapes.
+        if not is_file or not _is_candidate(name) or _ignored(rules, top_rel + name, False):
+            continue
+        try:
+            size = entry.stat().st_size
+        except OSError as exc:
+            yield Skipped(path, f"cannot read ({exc.strerror or exc})")
+            continue
+        if size > MAX_FILE_BYTES:
+            yield Skipped(path, "larger than 20 MB (pass the file explicitly to ingest it anyway)")
+            continue
+        if name.lower().endswith(".json") and size > MAX_JSON_BYTES:
+            yield Skipped(path, "JSON file larger than 1 MB, probably data (pass it explicitly to ingest it)")
+            continue
+        if not name.lower().endswith(PDF_EXT):  # PDFs legitimately contain binary streams
+            try:
+                with open(path, "rb") as f:
+                    head = f.read(_SNIFF_BYTES)
+            except OSError as exc:
+                yield Skipped(path, f"cannot read ({exc.strerror or exc})")
+                continue
+            if b"\x00" in head and not head.startswith((b"\xff\xfe", b"\xfe\xff")):
+                yield Skipped(path, "binary file")
+                continue
+        yield path, display_rel + name
+
+
+def discover(paths: Iterable[Path]) -> Iterator[tuple[Path, str] | Skipped]:
+    """Yield (absolute_path, display_path) for every ingestible file under `paths`, or Skipped for notable skips.
+
+    Arguments keep the user's order; directory contents come in sorted order. A file reached twice (listed
+    and inside a listed directory, or via a symlink) is yielded once."""
+    seen: set[Path] = set()
+    for arg in paths:
+        arg = Path(arg)
+        if not arg.exists():
+            yield Skipped(arg, "no such file or directory")
+            continue
+        if arg.is_dir():  # an explicit directory argument is walked even if it is a symlink or ignored
+            found: Iterable[tuple[Path, str] | Skipped] = _walk(arg.resolve())
+        elif arg.is_file():
+            found = [(arg, str(arg))]
+        else:
+            yield Skipped(arg, "not a regular file or directory")
+            continue
+        for item in found:
+            if isinstance(item, Skipped):
+                yield item
+                continue
+            resolved = item[0].resolve()
+            if resolved not in seen:
+                seen.add(resolved)
+                yield resolved, item[1]
+
+
+# ------------------------------------------------------------------------------------------------- parsing
+
+
+def _kind_for(path: Path) -> str:
+    ext = path.suffix.lower()
+    if ext in CODE_EXTS or (not ext and path.name.lower() in _CODE_NAMES):
+        return "code"
+    return "text"  # docs, extensionless docs, and anything unknown the user passed explicitly
+
+
+def _normalise_page(raw: str) -> str:
+    text = raw.replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "")
+    text = _TRAILING_WS_RE.sub("", text)
+    return _MULTI_NEWLINE_RE.sub("\n\n", text).strip("\n")
+
+
+def _short(exc: Exception) -> str:
+    msg = " ".join(str(exc).split()) or type(exc).__name__
+    return msg if len(msg) <= 120 else msg[:117] + "..."
+
+
+def _read_pdf(data: bytes, shown: str, path: Path) -> tuple[str, list[int]]:
+    # Imported lazily: only PDF ingestion pays pypdf's import cost.
+    from pypdf import PdfReader
+    from pypdf.errors import DependencyError
+
+    encrypted_msg = (
+        f"{shown} is encrypted (password-protected); decrypt it first, e.g. with `qpdf --decrypt`"
+    )
+    try:
+        reader = PdfReader(io.BytesIO(data), strict=False)
+        if reader.is_encrypted:
+            try:
+                opened = reader.decrypt("")  # many "encrypted" PDFs only restrict printing/copying
+            except DependencyError:
+                raise SourceError(
+                    f"{shown} is encrypted with AES, which needs the `cryptography` package; install it "
+                    "or decrypt the file first, e.g. with `qpdf --decrypt`",
+                    path,
+                ) from None
+            if not opened:
+                raise SourceError(encrypted_msg, path)
+        pages = list(reader.pages)
+    except SourceError:
+        raise
+    except Exception as exc:  # pypdf raises many unrelated types on damaged input
+        raise SourceError(f"{shown} is not a readable PDF ({_short(exc)})", path) from exc
+    if not pages:
+        raise SourceError(f"{shown} is not a readable PDF (it has no pages)", path)
+
+    texts: list[str] = []
+    failures: list[Exception] = []
+    for page in pages:
+        try:
+            texts.append(_normalise_page(page.extract_text() or ""))
+        except Exception as exc:  # keep physical numbering: a broken page becomes an empty one
+            failures.append(exc)
+            texts.append("")
+    if len(failures) == len(pages):
+        raise SourceError(f"{shown} is not a readable PDF ({_short(failures[0])})", path)
+    if not any(t.strip() for t in texts):
+        raise SourceError(
+            f"{shown} has no extractable text (scanned images?); run OCR first, e.g. `ocrmypdf`", path
+        )
+    starts: list[int] = []
+    offset = 0
+    for t in texts:
+        starts.append(offset)
+        offset += len(t) + 2  # the "\n\n" separator
+    return "\n\n".join(texts), starts
+
+
+def _decode_text(data: bytes, shown: str, path: Path) -> str:
+    binary = SourceError(f"{shown} looks like a binary file; {_BINARY_HINT}", path)
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):  # UTF-16 with BOM (e.g. Windows PowerShell output)
+        try:
+            text = data.decode("utf-16")
+        except UnicodeDecodeError:
+            raise binary from None
+    elif b"\x00" in data:
+        raise binary
+    else:
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            # Legacy 8-bit text: cp1252 (a latin-1 superset for printable chars, common on Windows) first, then
+            # latin-1, which never fails; the control-character check below rejects binary that got this far.
+            try:
+                text = data.decode("cp1252")
+            except UnicodeDecodeError:
+                text = data.decode("latin-1")
+    # Text may carry a stray control char; binary blobs carry many.
+    if len(_CONTROL_RE.findall(text)) > max(8, len(text) // 100):
+        raise binary
+    return text
+
+
+def load_document(path: Path, display_path: str | None = None) -> SourceDocument:
+    path = Path(path)
+    shown = display_path if display_path is not None else str(path)
+    try:
+        data = path.read_bytes()  # read once: the hash and the parse see the same bytes
+    except FileNotFoundError:
+        raise SourceError(f"{shown}: no such file; check the path", path) from None
+    except IsADirectoryError:
+        raise SourceError(f"{shown} is a directory; pass directories to discovery, not as a document", path) from None
+    except PermissionError:
+        raise SourceError(f"{shown}: permission denied; check the file's permissions", path) from None
+    except OSError as exc:
+        raise SourceError(f"{shown} cannot be read ({exc.strerror or exc})", path) from None
+    if not data.strip():
+        raise SourceError(f"{shown} is empty; nothing to ingest", path)
+    sha = hashlib.sha256(data).hexdigest()
+    resolved = path.resolve()
+
+    if path.suffix.lower() == PDF_EXT or b"%PDF-" in data[:1024]:
+        text, starts = _read_pdf(data, shown, path)
+        return SourceDocument(resolved, shown, "pdf", text, sha, starts, len(starts), None)
+
+    text = _decode_text(data, shown, path)
+    # Newlines normalised before anything counts lines, so line numbers match an editor's.
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if not text.strip():
+        raise SourceError(f"{shown} is empty; nothing to ingest", path)
+    n_lines = text.count("\n") + (0 if text.endswith("\n") else 1)
+    return SourceDocument(resolved, shown, _kind_for(path), text, sha, None, None, n_lines)

@@ -1,0 +1,309 @@
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # pdf_fixture is a sibling helper, not an installed module
+
+from pdf_fixture import make_encrypted_pdf, make_pdf  # noqa: E402
+
+from episodic_cli.engine import sources  # noqa: E402
+from episodic_cli.engine.sources import (  # noqa: E402
+    SourceDocument,
+    SourceError,
+    Skipped,
+    discover,
+    file_sha256,
+    load_document,
+)
+
+FACT = "The vault access code is 7391-ZETA."
+
+
+def _filler(page: int, n: int = 38) -> str:
+    return "\n".join(f"Page {page} filler line {i} about nothing in particular." for i in range(n))
+
+
+# --------------------------------------------------------------------------------------------------- PDF
+
+
+def test_pdf_fact_on_page_three_with_blank_page_two(tmp_path: Path) -> None:
+    page3 = _filler(3, 20) + "\n" + FACT + "\n" + _filler(3, 19)
+    pdf = make_pdf(tmp_path / "report.pdf", [_filler(1), "", page3, _filler(4), _filler(5)])
+    doc = load_document(pdf)
+
+    assert doc.kind == "pdf" and doc.n_pages == 5 and doc.n_lines is None
+    assert doc.path == pdf.resolve() and doc.display_path == str(pdf)
+    assert len(doc.page_starts or []) == 5 and doc.page_starts == sorted(doc.page_starts or [])
+    starts = doc.page_starts or []
+    assert doc.text[starts[0] :].startswith("Page 1 filler line 0")
+    assert doc.text[starts[2] :].startswith("Page 3 filler line 0")
+    assert doc.text[starts[4] :].startswith("Page 5 filler line 0")
+    assert doc.text.count("filler line") == 38 * 3 + 39
+
+    i = doc.text.index(FACT)
+    assert doc.locate(i, i + len(FACT)) == (3, 3, None, None)
+    # A span crossing from page 3 into page 4, and one starting in page 1's tail across the blank page.
+    j = doc.text.index("Page 4 filler line 2")
+    assert doc.locate(i, j) == (3, 4, None, None)
+    assert doc.locate(starts[1] - 10, starts[2] + 5) == (1, 3, None, None)
+    # The "\n\n" separator at a span's edge is not attributed to the neighbouring page.
+    assert doc.locate(starts[3] - 2, starts[3] + 6) == (4, 4, None, None)
+
+
+def test_pdf_special_characters_and_many_lines(tmp_path: Path) -> None:
+    lines = [f"row {i} (paren) back\\slash" for i in range(50)]
+    doc = load_document(make_pdf(tmp_path / "dense.pdf", ["\n".join(lines)]))
+    assert doc.text.splitlines() == lines
+
+
+def test_pdf_detected_by_magic_without_extension(tmp_path: Path) -> None:
+    target = tmp_path / "scan_0001"
+    make_pdf(tmp_path / "tmp.pdf", ["magic bytes decide"]).rename(target)
+    doc = load_document(target)
+    assert doc.kind == "pdf" and "magic bytes decide" in doc.text
+
+
+def test_encrypted_pdf_is_rejected(tmp_path: Path) -> None:
+    pdf = make_encrypted_pdf(tmp_path / "locked.pdf", ["top secret"], "hunter2")
+    with pytest.raises(SourceError, match="encrypted") as err:
+        load_document(pdf)
+    assert "qpdf" in str(err.value) and err.value.path == pdf
+
+
+def test_empty_password_pdf_opens(tmp_path: Path) -> None:
+    pdf = make_encrypted_pdf(tmp_path / "restricted.pdf", ["first page", "", FACT], "")
+    doc = load_document(pdf)
+    i = doc.text.index(FACT)
+    assert doc.n_pages == 3 and doc.locate(i, i + len(FACT))[:2] == (3, 3)
+
+
+def test_truncated_pdf_is_rejected(tmp_path: Path) -> None:
+    good = make_pdf(tmp_path / "good.pdf", [_filler(1), _filler(2)]).read_bytes()
+    bad = tmp_path / "truncated.pdf"
+    bad.write_bytes(good[: len(good) // 3])
+    with pytest.raises(SourceError, match="(not a readable PDF|no extractable text)"):
+        load_document(bad)
+
+
+def test_random_bytes_named_pdf_is_rejected(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.pdf"
+    junk.write_bytes(random.Random(7).randbytes(4096))
+    with pytest.raises(SourceError, match="not a readable PDF"):
+        load_document(junk)
+
+
+def test_pdf_without_text_is_rejected(tmp_path: Path) -> None:
+    with pytest.raises(SourceError, match="no extractable text.*ocrmypdf"):
+        load_document(make_pdf(tmp_path / "scanned.pdf", ["", ""]))
+
+
+# -------------------------------------------------------------------------------------------- text/code
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n", "\r"])
+def test_text_line_numbers(tmp_path: Path, newline: str) -> None:
+    lines = [f"note {i}" for i in range(1, 200)]
+    lines[116] = FACT  # editor line 117
+    f = tmp_path / "notes.md"
+    f.write_bytes(newline.join(lines).encode() + newline.encode())
+    doc = load_document(f, display_path="docs/notes.md")
+
+    assert doc.kind == "text" and doc.display_path == "docs/notes.md"
+    assert doc.n_lines == 199 and doc.page_starts is None and doc.n_pages is None
+    assert "\r" not in doc.text
+    i = doc.text.index(FACT)
+    assert doc.locate(i, i + len(FACT)) == (None, None, 117, 117)
+    assert doc.locate(i, i + len(FACT) + 1) == (None, None, 117, 117)  # trailing newline stays on line 117
+    assert doc.locate(0, len(doc.text)) == (None, None, 1, 199)
+    j = doc.text.index("note 120")
+    assert doc.locate(i, j + 3) == (None, None, 117, 120)
+
+
+def test_code_kind_bom_and_latin1(tmp_path: Path) -> None:
+    code = tmp_path / "mod.py"
+    code.write_bytes(b"\xef\xbb\xbfdef f():\n    return 1\n")
+    doc = load_document(code)
+    assert doc.kind == "code" and doc.text.startswith("def f") and doc.n_lines == 2
+
+    legacy = tmp_path / "legacy.txt"
+    legacy.write_bytes("caf\u00e9 cr\u00e8me\n".encode("latin-1"))
+    assert load_document(legacy).text == "caf\u00e9 cr\u00e8me\n"
+
+    assert load_document(_write(tmp_path / "Makefile", "all:\n\ttrue\n")).kind == "code"
+    assert load_document(_write(tmp_path / "README", "hello\n")).kind == "text"
+
+
+def test_binary_file_is_rejected(tmp_path: Path) -> None:
+    blob = tmp_path / "data.txt"
+    blob.write_bytes(b"abc\x00\x01\x02" * 100)
+    with pytest.raises(SourceError, match="binary file"):
+        load_document(blob)
+    noisy = tmp_path / "noise.txt"  # no NUL, not UTF-8, mostly control bytes
+    rng = random.Random(3)
+    noisy.write_bytes(bytes(rng.choice(range(1, 32)) for _ in range(2000)) + b"\xff")
+    with pytest.raises(SourceError, match="binary file"):
+        load_document(noisy)
+
+
+@pytest.mark.parametrize("content", [b"", b"  \n\r\n\t \n"])
+def test_empty_file_is_rejected(tmp_path: Path, content: bytes) -> None:
+    f = tmp_path / "empty.md"
+    f.write_bytes(content)
+    with pytest.raises(SourceError, match="is empty"):
+        load_document(f)
+
+
+def test_missing_file_is_rejected(tmp_path: Path) -> None:
+    with pytest.raises(SourceError, match="no such file"):
+        load_document(tmp_path / "nope.txt")
+
+
+def test_locate_is_fast_on_large_documents(tmp_path: Path) -> None:
+    f = _write(tmp_path / "big.txt", "".join(f"line {i}\n" for i in range(200_000)))
+    doc = load_document(f)
+    for k in range(0, len(doc.text) - 50, 997):  # ~1.6k calls: must not rescan the text each time
+        doc.locate(k, k + 40)
+    assert doc.locate(len(doc.text) - 5, len(doc.text)) == (None, None, 200_000, 200_000)
+
+
+# --------------------------------------------------------------------------------------------- discovery
+
+
+def _write(path: Path, text: str = "x = 1\n") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def _tree(root: Path) -> None:
+    _write(root / ".gitignore", "*.log\nsecret/\n!keep.log\n")
+    _write(root / "README.md", "# project\n")
+    _write(root / "LICENSE", "MIT\n")
+    _write(root / "main.py")
+    _write(root / "debug.log", "noise\n")
+    _write(root / "keep.log", "kept by negation\n")
+    _write(root / "secret" / "token.txt", "s3cr3t\n")
+    _write(root / "pkg" / ".gitignore", "generated.py\n")
+    _write(root / "pkg" / "core.py")
+    _write(root / "pkg" / "generated.py")
+    _write(root / "pkg" / "sub" / "deep.rs", "fn main() {}\n")
+    _write(root / "pkg" / "sub" / "trace.log", "ignored by the root rule\n")
+    _write(root / "pkg" / "sub" / ".gitignore", "!wanted.log\n")  # a deeper file overrides the root's *.log
+    _write(root / "pkg" / "sub" / "wanted.log", "re-included\n")
+    _write(root / "node_modules" / "lib" / "index.js", "module.exports = 1\n")
+    _write(root / ".venv" / "lib" / "site.py")
+    _write(root / "__pycache__" / "main.py", "stale\n")
+    _write(root / "pkg" / "__pycache__" / "core.txt", "stale\n")
+    _write(root / "static" / "app.min.js", "a=1\n")
+    _write(root / "poetry.lock", "[[package]]\n")
+    _write(root / "image.png", "not text we index\n")
+    (root / "blob.dat.txt").write_bytes(b"\x00\x01\x02binary")
+    make_pdf(root / "docs" / "manual.pdf", ["manual page"])
+
+
+def test_discover_code_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "proj"
+    _tree(root)
+    assert "keep.log" not in [r[1] for r in discover([root]) if not isinstance(r, Skipped)]  # .log: not a doc type
+    # Make .log ingestible so the `*.log` / `!keep.log` rules are what decides.
+    monkeypatch.setattr(sources, "TEXT_EXTS", sources.TEXT_EXTS | {".log"})
+    results = list(discover([root]))
+    found = [item for item in results if not isinstance(item, Skipped)]
+    skipped = [item for item in results if isinstance(item, Skipped)]
+
+    assert [d for _, d in found] == sorted(
+        [
+            "LICENSE",
+            "README.md",
+            "docs/manual.pdf",
+            "keep.log",
+            "main.py",
+            "pkg/core.py",
+            "pkg/sub/deep.rs",
+            "pkg/sub/wanted.log",
+        ]
+    )
+    assert all(p.is_absolute() and p == (root / d).resolve() for p, d in found)
+    assert [(s.path.name, s.reason) for s in skipped] == [("blob.dat.txt", "binary file")]
+    assert list(discover([root])) == results  # stable across runs
+
+
+def test_discover_subdirectory_inherits_parent_gitignore(tmp_path: Path) -> None:
+    root = tmp_path / "proj"
+    _tree(root)
+    (root / ".git").mkdir()  # inside a work tree, an argument below the top obeys the top's rules
+    _write(root / ".git" / "info" / "exclude", "core.py\n")
+    assert [d for _, d in discover([root / "pkg"])] == ["sub/deep.rs"]
+
+
+def test_discover_explicit_dir_inside_ignored_tree(tmp_path: Path) -> None:
+    home = tmp_path / "home"  # a dotfiles repo at $HOME that ignores everything by default
+    (home / ".git").mkdir(parents=True)
+    _write(home / ".gitignore", "*\n")
+    _write(home / "docs" / "plan.md", "plan\n")
+    _write(home / "docs" / ".gitignore", "draft.md\n")
+    _write(home / "docs" / "draft.md", "draft\n")
+    assert [d for _, d in discover([home / "docs"])] == ["plan.md"]
+    assert list(discover([home])) == []  # walking the repo itself still obeys it
+
+
+def test_discover_file_args_missing_and_dedup(tmp_path: Path) -> None:
+    root = tmp_path / "proj"
+    _tree(root)
+    explicit = root / "debug.log"  # ignored when walking, but an explicit argument is taken as given
+    results = list(discover([explicit, tmp_path / "missing.txt", root / "main.py", root]))
+    assert results[0] == (explicit.resolve(), str(explicit))
+    assert results[1] == Skipped(tmp_path / "missing.txt", "no such file or directory")
+    assert results[2] == ((root / "main.py").resolve(), str(root / "main.py"))
+    displays = [r[1] for r in results[3:] if not isinstance(r, Skipped)]
+    assert "main.py" not in displays and "README.md" in displays  # yielded once, via the explicit argument
+
+
+@pytest.mark.skipif(os.name == "nt", reason="symlinks need privileges on Windows")
+def test_discover_symlinks(tmp_path: Path) -> None:
+    root = tmp_path / "proj"
+    _write(root / "a.py")
+    _write(tmp_path / "outside" / "far.md", "far\n")
+    (root / "link.md").symlink_to(tmp_path / "outside" / "far.md")
+    (root / "loop").symlink_to(root, target_is_directory=True)
+    (root / "outdir").symlink_to(tmp_path / "outside", target_is_directory=True)
+    found = list(discover([root]))
+    assert found == [((root / "a.py").resolve(), "a.py"), ((tmp_path / "outside" / "far.md").resolve(), "link.md")]
+
+
+def test_discover_skips_oversized_json(tmp_path: Path) -> None:
+    _write(tmp_path / "small.json", "{}\n")
+    _write(tmp_path / "big.json", "[" + "1," * 600_000 + "1]\n")
+    results = list(discover([tmp_path]))
+    assert results[0] == Skipped(tmp_path / "big.json", results[0].reason)  # type: ignore[union-attr]
+    assert "1 MB" in results[0].reason  # type: ignore[union-attr]
+    assert results[1] == ((tmp_path / "small.json").resolve(), "small.json")
+
+
+# ------------------------------------------------------------------------------------------------ hashing
+
+
+def test_sha256_stability(tmp_path: Path) -> None:
+    f = tmp_path / "a.txt"
+    f.write_bytes(b"line one\r\nline two\r\n")
+    expected = hashlib.sha256(b"line one\r\nline two\r\n").hexdigest()
+    assert file_sha256(f) == expected == file_sha256(f)
+    doc = load_document(f)
+    assert doc.content_sha256 == expected  # hash of the bytes, not of the normalised text
+    f.write_bytes(b"line one\nline two\n")
+    assert file_sha256(f) != expected
+
+    pdf = make_pdf(tmp_path / "p.pdf", ["same"])
+    assert load_document(pdf).content_sha256 == file_sha256(pdf)
+    assert make_pdf(tmp_path / "q.pdf", ["same"]).read_bytes() == pdf.read_bytes()  # deterministic fixture
+
+
+def test_source_document_is_a_plain_dataclass() -> None:
+    doc = SourceDocument(Path("/x"), "x", "text", "a\nb", "0" * 64, None, None, 2)
+    assert doc.locate(2, 3) == (None, None, 2, 2)
