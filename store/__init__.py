@@ -1,0 +1,26 @@
+"""On-disk episodic store: SQLite (metadata, event text, embeddings, FTS5) + a derived hnswlib index.
+
+A lower layer: it must never import llama_cpp, torch or sentence_transformers.
+"""
+
+from .episodic_store import Store
+from .records import (
+    STORE_FORMAT_VERSION,
+    DocumentRecord,
+    EventRecord,
+    StoreBusyError,
+    StoreError,
+    StoreIdentity,
+    StoreMismatchError,
+)
+
+__all__ = [
+    "STORE_FORMAT_VERSION",
+    "DocumentRecord",
+    "EventRecord",
+    "Store",
+    "StoreBusyError",
+    "StoreError",
+    "StoreIdentity",
+    "StoreMismatchError",
+]

@@ -1,0 +1,111 @@
+"""hnswlib cosine index over event embeddings: a derived cache that can always be rebuilt from SQLite."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import hnswlib
+import numpy as np
+
+M = 16
+EF_CONSTRUCTION = 200
+MIN_EF = 64
+MIN_CAPACITY = 1024
+
+
+class DenseIndex:
+    def __init__(self, path: Path, dim: int, index: hnswlib.Index, deleted: set[int]):
+        self.path = path
+        self.dim = dim
+        self._index = index
+        # hnswlib cannot list its deleted labels, so we track them (and re-derive them on load).
+        self._deleted = deleted
+
+    @classmethod
+    def empty(cls, path: Path, dim: int, capacity: int = 0) -> "DenseIndex":
+        index = hnswlib.Index(space="cosine", dim=dim)
+        index.init_index(max_elements=max(MIN_CAPACITY, capacity), ef_construction=EF_CONSTRUCTION, M=M)
+        return cls(path, dim, index, set())
+
+    @classmethod
+    def load_if_consistent(cls, path: Path, dim: int, expected_ids: set[int]) -> "DenseIndex | None":
+        """The saved index, or None if it is missing, unreadable, or its live ids differ from `expected_ids`."""
+        if not path.is_file():
+            return None
+        index = hnswlib.Index(space="cosine", dim=dim)
+        try:
+            index.load_index(str(path))
+        except (RuntimeError, MemoryError, OSError, ValueError):
+            return None
+        labels = set(index.get_ids_list())
+        if not expected_ids <= labels:
+            return None
+        # Event ids are never reused, so a label unknown to SQLite is fine only if it was marked deleted
+        # (a crash after a SQLite commit but before the index save leaves such labels live).
+        extras = labels - expected_ids
+        for label in extras:
+            try:
+                index.get_items([label])
+            except RuntimeError:  # "Label not found": marked deleted
+                continue
+            return None
+        return cls(path, dim, index, extras)
+
+    @property
+    def n_live(self) -> int:
+        return self._index.get_current_count() - len(self._deleted)
+
+    @property
+    def n_deleted(self) -> int:
+        return len(self._deleted)
+
+    def live_ids(self) -> set[int]:
+        return set(self._index.get_ids_list()) - self._deleted
+
+    def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        if not len(ids):
+            return
+        needed = self._index.get_current_count() + len(ids)
+        if needed > self._index.get_max_elements():
+            self._index.resize_index(max(needed, 2 * self._index.get_max_elements()))
+        self._index.add_items(vectors, ids)
+
+    def remove(self, ids: list[int]) -> None:
+        present = set(self._index.get_ids_list())
+        for label in ids:
+            if label in present and label not in self._deleted:
+                self._index.mark_deleted(label)
+                self._deleted.add(label)
+
+    def search(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
+        k = min(k, self.n_live)
+        if k <= 0:
+            return []
+        q = np.asarray(query, dtype=np.float32).reshape(1, self.dim)
+        ef = max(MIN_EF, 2 * k)
+        while k > 0:
+            self._index.set_ef(ef)
+            try:
+                labels, distances = self._index.knn_query(q, k=k)
+                break
+            except RuntimeError:
+                # Many deleted neighbours can leave fewer than k results reachable: widen the search, then give up k.
+                if ef < self._index.get_current_count():
+                    ef = self._index.get_current_count()
+                else:
+                    k -= 1
+        else:
+            return []
+        return [(int(label), 1.0 - float(d)) for label, d in zip(labels[0], distances[0])]
+
+    def save(self) -> None:
+        """Write to a temporary file and rename, so readers never see a half-written index."""
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        try:
+            self._index.save_index(str(tmp))
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        finally:
+            tmp.unlink(missing_ok=True)

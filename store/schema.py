@@ -1,0 +1,92 @@
+"""SQLite schema as an ordered list of migrations (recorded in `_migrations`, like simonw/llm).
+
+Never edit or reorder an applied migration: append a new function instead. Changes that make old stores unreadable
+bump STORE_FORMAT_VERSION rather than adding a migration.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from typing import Callable
+
+Migration = Callable[[sqlite3.Connection], None]
+MIGRATIONS: list[Migration] = []
+
+
+def migration(fn: Migration) -> Migration:
+    MIGRATIONS.append(fn)
+    return fn
+
+
+@migration
+def m001_initial(conn: sqlite3.Connection) -> None:
+    statements = [
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        """CREATE TABLE documents (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            path TEXT NOT NULL UNIQUE,
+            display_path TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            content_sha256 TEXT NOT NULL,
+            n_tokens INTEGER NOT NULL,
+            n_events INTEGER NOT NULL,
+            n_pages INTEGER,
+            n_lines INTEGER,
+            ingest_seconds REAL NOT NULL,
+            ingested_at REAL NOT NULL
+        )""",
+        # AUTOINCREMENT: event ids are hnswlib labels, so they must never be reused after a delete.
+        """CREATE TABLE events (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            document_id INTEGER NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+            ordinal INTEGER NOT NULL,
+            token_start INTEGER NOT NULL,
+            token_end INTEGER NOT NULL,
+            char_start INTEGER NOT NULL,
+            char_end INTEGER NOT NULL,
+            page_start INTEGER,
+            page_end INTEGER,
+            line_start INTEGER,
+            line_end INTEGER,
+            surprise_mean REAL NOT NULL,
+            surprise_max REAL NOT NULL,
+            text TEXT NOT NULL,
+            embedding BLOB NOT NULL,
+            UNIQUE (document_id, ordinal)
+        )""",
+        # Own-content FTS5 table (rowid = event id) so the indexed text can carry the parts of snake_case identifiers
+        # next to the whole identifier; '_' as a token char keeps identifiers like max_retries one token.
+        """CREATE VIRTUAL TABLE events_fts USING fts5(text, tokenize="unicode61 tokenchars '_'")""",
+    ]
+    for sql in statements:
+        conn.execute(sql)
+
+
+def _applied(conn: sqlite3.Connection) -> set[str]:
+    exists = conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='_migrations'").fetchone()
+    if not exists:
+        return set()
+    return {row[0] for row in conn.execute("SELECT name FROM _migrations")}
+
+
+def pending(conn: sqlite3.Connection) -> list[Migration]:
+    """Read-only check, so readers never take the write lock on an up-to-date store."""
+    done = _applied(conn)
+    return [m for m in MIGRATIONS if m.__name__ not in done]
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Apply pending migrations in one IMMEDIATE transaction (connection must be in autocommit mode)."""
+    if not pending(conn):
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)")
+        for m in pending(conn):  # re-read inside the lock: another process may have migrated meanwhile
+            m(conn)
+            conn.execute("INSERT INTO _migrations (name, applied_at) VALUES (?, ?)", (m.__name__, time.time()))
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
