@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pathspec
 
+from .errors import EpiError
+
 # pypdf (strict=False) logs a warning for every repaired xref/object; with no handler configured Python's
 # last-resort handler would print those to stderr in the middle of the CLI's output. A NullHandler keeps them
 # quiet unless the application configures logging itself (records still propagate to its handlers).
@@ -56,7 +58,7 @@ _MULTI_NEWLINE_RE = re.compile(r"\n{3,}")
 _TRAILING_WS_RE = re.compile(r"[ \t\f\v]+$", re.MULTILINE)
 
 
-class SourceError(Exception):
+class SourceError(EpiError):
     """One-line, user-facing reason a file cannot be ingested; the message says what to do."""
 
     def __init__(self, message: str, path: Path | None = None) -> None:

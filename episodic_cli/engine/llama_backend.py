@@ -1,0 +1,353 @@
+"""The llama.cpp backend: model loading, tokenization, the surprise pass and streaming generation.
+
+Built on llama-cpp-python's low-level bindings, not its high-level `Llama`: we need our own context parameters
+(unified KV, flash attention fixed off, logits for every token during ingest) and direct access to the logits
+buffer, which the native surprise kernel reads in place.
+"""
+from __future__ import annotations
+
+import codecs
+import ctypes
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp as L
+import numpy as np
+
+from .. import native
+from .errors import EpiError
+
+INGEST_BATCH = 512
+
+# Architectures whose KV cache cannot be cut into position-independent event blocks (anchors.md B.3).
+_REFUSED_ROPE = {
+    L.LLAMA_ROPE_TYPE_MROPE: "M-RoPE",
+    L.LLAMA_ROPE_TYPE_IMROPE: "M-RoPE",
+    L.LLAMA_ROPE_TYPE_VISION: "vision RoPE",
+}
+
+_log_callback = None
+
+
+def quiet_llama_logs() -> None:
+    """llama.cpp prints hundreds of lines per model load on stderr; keep them unless EPI_DEBUG is set."""
+    global _log_callback
+    if _log_callback is not None or os.environ.get("EPI_DEBUG"):
+        return
+
+    @L.llama_log_callback
+    def _drop(level, text, user_data):  # pragma: no cover - called from C
+        return None
+
+    _log_callback = _drop
+    L.llama_log_set(_log_callback, None)
+    L.llama_backend_init()
+
+
+def default_threads() -> int:
+    """Physical cores are what llama.cpp scales with; os.cpu_count() counts hyperthreads, so halve big counts."""
+    n = os.cpu_count() or 2
+    return max(1, n if n <= 4 else n // 2)
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    path: Path
+    name: str
+    architecture: str
+    n_layer: int
+    n_head_kv: int
+    n_embd: int
+    n_ctx_train: int
+    n_vocab: int
+    n_params: int
+    chat_template: str | None
+
+
+class LlamaModel:
+    """A loaded GGUF model (weights + vocabulary). Contexts are created from it for ingest and for answering."""
+
+    def __init__(self, path: Path, n_gpu_layers: int = 999):
+        quiet_llama_logs()
+        self.path = Path(path)
+        params = L.llama_model_default_params()
+        params.n_gpu_layers = n_gpu_layers  # ignored by CPU builds; offloads everything on CUDA/Metal builds
+        self.ptr = L.llama_model_load_from_file(str(self.path).encode(), params)
+        if not self.ptr:
+            raise EpiError(f"could not load model {self.path}: not a GGUF file llama.cpp {L.__version__} can read")
+        self.vocab = L.llama_model_get_vocab(self.ptr)
+        self.info = self._read_info()
+        self._pieces: list[bytes] | None = None
+
+    def _meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(256)
+        n = L.llama_model_meta_val_str(self.ptr, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", "replace") if n >= 0 else None
+
+    def _read_info(self) -> ModelInfo:
+        tmpl = L.llama_model_chat_template(self.ptr, None)
+        name = self._meta("general.name") or self.path.stem
+        return ModelInfo(
+            path=self.path,
+            name=name,
+            architecture=self._meta("general.architecture") or "unknown",
+            n_layer=L.llama_model_n_layer(self.ptr),
+            n_head_kv=L.llama_model_n_head_kv(self.ptr),
+            n_embd=L.llama_model_n_embd(self.ptr),
+            n_ctx_train=L.llama_model_n_ctx_train(self.ptr),
+            n_vocab=L.llama_vocab_n_tokens(self.vocab),
+            n_params=L.llama_model_n_params(self.ptr),
+            chat_template=tmpl.decode("utf-8", "replace") if tmpl else None,
+        )
+
+    def unsupported_reason(self) -> str | None:
+        """Why the engine cannot serve this model, or None. Event KV blocks need dense attention with plain RoPE."""
+        if L.llama_model_has_encoder(self.ptr):
+            return "it is an encoder-decoder model"
+        if L.llama_model_is_recurrent(self.ptr) or L.llama_model_is_hybrid(self.ptr):
+            return "it has a recurrent (state-space) memory, which cannot be split into event blocks"
+        if L.llama_model_n_swa(self.ptr) > 0:
+            return "it uses sliding-window attention on some layers"
+        rope = L.llama_model_rope_type(self.ptr)
+        if rope in _REFUSED_ROPE:
+            return f"it uses {_REFUSED_ROPE[rope]} positions"
+        if not self.info.chat_template:
+            return "its GGUF has no chat template (a base model cannot follow the question format)"
+        return None
+
+    # -- vocabulary -------------------------------------------------------------------------------------------
+
+    def tokenize(self, text: str, special: bool = False) -> np.ndarray:
+        """Token ids of `text`; `special` parses control tokens such as <|im_start|> (only for our own templates)."""
+        data = text.encode("utf-8")
+        cap = len(data) + 16
+        buf = (L.llama_token * cap)()
+        n = L.llama_tokenize(self.vocab, data, len(data), buf, cap, False, special)
+        if n < 0:
+            raise EpiError("tokenizer failed on the input text")
+        return np.ctypeslib.as_array(buf)[:n].astype(np.int32)
+
+    def pieces(self) -> list[bytes]:
+        """The byte string of every vocabulary entry, built once (used for offsets and boundary detection)."""
+        if self._pieces is None:
+            buf = ctypes.create_string_buffer(256)
+            out = []
+            for tok in range(self.info.n_vocab):
+                n = L.llama_token_to_piece(self.vocab, tok, buf, len(buf), 0, False)
+                out.append(buf.raw[: max(n, 0)])
+            self._pieces = out
+        return self._pieces
+
+    def detokenize(self, tokens) -> str:
+        table = self.pieces()
+        return b"".join(table[t] for t in tokens).decode("utf-8", "replace")
+
+    def is_end_of_generation(self, token: int) -> bool:
+        return bool(L.llama_vocab_is_eog(self.vocab, token))
+
+    def apply_chat_template(self, messages: list[dict[str, str]]) -> str:
+        """Render with the template stored in the GGUF; llama.cpp recognises the common ones (ChatML, Llama 3, ...)."""
+        arr = (L.llama_chat_message * len(messages))()
+        keep = []
+        for i, m in enumerate(messages):
+            role, content = m["role"].encode(), m["content"].encode()
+            keep += [role, content]
+            arr[i].role, arr[i].content = role, content
+        tmpl = self.info.chat_template.encode() if self.info.chat_template else None
+        size = sum(len(k) for k in keep) * 2 + 1024
+        for _ in range(2):
+            buf = ctypes.create_string_buffer(size)
+            n = L.llama_chat_apply_template(tmpl, arr, len(messages), True, buf, size)
+            if n < 0:
+                raise EpiError(f"llama.cpp does not recognise the chat template of {self.path.name}")
+            if n <= size:
+                return buf.raw[:n].decode("utf-8", "replace")
+            size = n + 1
+        raise EpiError("chat template rendering failed")
+
+    def close(self) -> None:
+        if getattr(self, "ptr", None):
+            L.llama_model_free(self.ptr)
+            self.ptr = None
+
+    def __del__(self):  # pragma: no cover - interpreter shutdown order varies
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class LlamaSession:
+    """One llama.cpp context on a model: unified KV cache, F16 K/V, flash attention off (recorded by the store, since
+    stored KV blocks only load into an identical setup), and a reusable token batch."""
+
+    def __init__(self, model: LlamaModel, n_ctx: int, n_threads: int | None = None, n_seq_max: int = 2):
+        self.model = model
+        self.n_ctx = n_ctx
+        params = L.llama_context_default_params()
+        params.n_ctx = n_ctx
+        params.n_batch = INGEST_BATCH
+        params.n_ubatch = INGEST_BATCH
+        params.n_seq_max = n_seq_max
+        threads = n_threads or default_threads()
+        params.n_threads = threads
+        params.n_threads_batch = threads
+        params.kv_unified = True
+        params.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        params.type_k = L.GGML_TYPE_F16
+        params.type_v = L.GGML_TYPE_F16
+        self.ctx = L.llama_init_from_model(model.ptr, params)
+        if not self.ctx:
+            raise EpiError(f"llama.cpp could not create a {n_ctx}-token context (out of memory?)")
+        self.memory = L.llama_get_memory(self.ctx)
+        self.batch = L.llama_batch_init(INGEST_BATCH, 0, 1)
+        self._tok = np.ctypeslib.as_array(self.batch.token, shape=(INGEST_BATCH,))
+        self._pos = np.ctypeslib.as_array(self.batch.pos, shape=(INGEST_BATCH,))
+        self._nseq = np.ctypeslib.as_array(self.batch.n_seq_id, shape=(INGEST_BATCH,))
+        self._want = np.ctypeslib.as_array(self.batch.logits, shape=(INGEST_BATCH,))
+        self._seq_of_slot = [-1] * INGEST_BATCH
+
+    # -- decoding ---------------------------------------------------------------------------------------------
+
+    def decode(self, tokens: np.ndarray, pos0: int, outputs: np.ndarray | None = None, seq: int = 0) -> None:
+        """Decode up to INGEST_BATCH tokens at positions pos0.. in sequence `seq`. `outputs` marks the rows whose
+        logits are wanted (default: the last one only)."""
+        n = len(tokens)
+        assert 0 < n <= INGEST_BATCH
+        b = self.batch
+        b.n_tokens = n
+        self._tok[:n] = tokens
+        self._pos[:n] = np.arange(pos0, pos0 + n, dtype=np.int32)
+        self._nseq[:n] = 1
+        for i in range(n):
+            if self._seq_of_slot[i] != seq:
+                b.seq_id[i][0] = seq
+                self._seq_of_slot[i] = seq
+        if outputs is None:
+            self._want[:n] = 0
+            self._want[n - 1] = 1
+        else:
+            self._want[:n] = outputs
+        rc = L.llama_decode(self.ctx, b)
+        if rc != 0:
+            raise EpiError(f"llama.cpp decode failed (code {rc}); the context of {self.n_ctx} tokens may be full")
+
+    def logits_address(self) -> int:
+        return ctypes.cast(L.llama_get_logits(self.ctx), ctypes.c_void_p).value
+
+    def last_logits(self) -> np.ndarray:
+        """A view (no copy) of the logits of the last output row of the latest decode."""
+        ptr = L.llama_get_logits_ith(self.ctx, -1)
+        return np.ctypeslib.as_array(ptr, shape=(self.model.info.n_vocab,))
+
+    def clear(self) -> None:
+        L.llama_memory_clear(self.memory, True)
+
+    # -- the ingest pass --------------------------------------------------------------------------------------
+
+    def surprise_pass(
+        self,
+        tokens: np.ndarray,
+        n_sink: int,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> np.ndarray:
+        """One pass over a document with a sliding window that keeps the first `n_sink` tokens (attention sinks,
+        EM-LLM 3.1 / StreamingLLM) and returns each token's surprise -log p(x_t | x_<t) (EM-LLM eq. 1).
+        Token 0 has no context; it gets the document's median surprise so it never triggers a boundary."""
+        n = len(tokens)
+        surprise = np.zeros(n, dtype=np.float32)
+        if n < 2:
+            return surprise
+        self.clear()
+        n_vocab = self.model.info.n_vocab
+        n_sink = min(n_sink, self.n_ctx // 4)
+        cached = 0  # tokens in the cache == next position (positions stay compact after each shift)
+        for a in range(0, n, INGEST_BATCH):
+            b = min(a + INGEST_BATCH, n)
+            if cached + (b - a) > self.n_ctx:
+                cached = self._slide_window(cached, b - a, n_sink)
+            # Row i predicts token a+i+1; the document's last token predicts nothing.
+            n_out = min(b, n - 1) - a
+            wanted = np.zeros(b - a, dtype=np.int8)
+            wanted[:n_out] = 1
+            self.decode(tokens[a:b], cached, wanted)
+            cached += b - a
+            if n_out > 0:
+                surprise[a + 1 : a + 1 + n_out] = native.surprise_at(
+                    self.logits_address(), n_out, n_vocab, tokens[a + 1 : a + 1 + n_out]
+                )
+            if on_progress:
+                on_progress(b - a)
+        surprise[0] = float(np.median(surprise[1:]))
+        return surprise
+
+    def _slide_window(self, cached: int, incoming: int, n_sink: int) -> int:
+        """Evict the oldest half of the non-sink window (llama.cpp's context shift) and close the position gap."""
+        movable = cached - n_sink
+        discard = max(movable // 2, cached + incoming - self.n_ctx)
+        L.llama_memory_seq_rm(self.memory, 0, n_sink, n_sink + discard)
+        L.llama_memory_seq_add(self.memory, 0, n_sink + discard, cached, -discard)
+        return cached - discard
+
+    # -- generation -------------------------------------------------------------------------------------------
+
+    def prefill(self, tokens: np.ndarray, pos0: int = 0) -> int:
+        """Decode a prompt in batches; returns the next position. Logits of its last token are ready afterwards."""
+        for a in range(0, len(tokens), INGEST_BATCH):
+            self.decode(tokens[a : a + INGEST_BATCH], pos0 + a)
+        return pos0 + len(tokens)
+
+    def generate(self, next_pos: int, max_tokens: int, should_stop: Callable[[], bool] | None = None) -> Iterator[str]:
+        """Greedy decoding from the current cache, yielding text as soon as it forms whole UTF-8 characters.
+        A mild repetition penalty keeps small models out of loops without changing what they copy from context."""
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        pieces = self.model.pieces()
+        recent: list[int] = []
+        for _ in range(max_tokens):
+            if next_pos >= self.n_ctx:
+                break
+            logits = self.last_logits().copy()
+            if recent:
+                ids = np.fromiter(set(recent[-64:]), dtype=np.int64)
+                vals = logits[ids]
+                logits[ids] = np.where(vals > 0, vals / 1.1, vals * 1.1)
+            token = int(np.argmax(logits))
+            if self.model.is_end_of_generation(token):
+                break
+            text = decoder.decode(pieces[token])
+            if text:
+                yield text
+            if should_stop and should_stop():
+                break
+            recent.append(token)
+            self.decode(np.array([token], dtype=np.int32), next_pos)
+            next_pos += 1
+        tail = decoder.decode(b"", final=True)
+        if tail:
+            yield tail
+
+    def close(self) -> None:
+        if getattr(self, "ctx", None):
+            L.llama_batch_free(self.batch)
+            L.llama_free(self.ctx)
+            self.ctx = None
+
+    def __del__(self):  # pragma: no cover
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def llama_cpp_version() -> str:
+    return L.__version__
+
+
+def gpu_offload_supported() -> bool:
+    return bool(L.llama_supports_gpu_offload())
+
+
+def system_info() -> str:
+    return L.llama_print_system_info().decode("utf-8", "replace").strip()

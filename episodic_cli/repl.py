@@ -1,0 +1,76 @@
+"""`epi chat`: a read-eval-print loop over one store, with conversation history for follow-up questions."""
+from __future__ import annotations
+
+from rich.markup import escape
+
+from . import render
+from .engine.errors import EpiError
+from .engine.workspace import Workspace
+from .store import Store, StoreError
+
+HELP = """commands:
+  /sources   show the sources of the last answer
+  /reset     forget the conversation (start a new topic)
+  /k N       retrieve N events per question (now {k})
+  /help      this help
+  /exit      leave (or Ctrl-D); Ctrl-C stops an answer without leaving"""
+HISTORY_TURNS = 2  # earlier question/answer pairs kept in the prompt; a 135M model loses track beyond that
+
+
+def run_repl(ws: Workspace, store: Store, k: int) -> None:
+    try:
+        import readline  # noqa: F401 - line editing and history for input()
+    except ImportError:  # pragma: no cover - Windows
+        pass
+    history: list[dict[str, str]] = []
+    last_question = ""
+    last_sources = []
+    render.err.print(f"chatting with store {escape(str(store.path))} · /help for commands · Ctrl-D to leave")
+    while True:
+        try:
+            line = render.out.input("[bold cyan]epi>[/] ").strip()
+        except EOFError:
+            render.out.print()
+            return
+        except KeyboardInterrupt:
+            render.out.print("\n[dim](Ctrl-D or /exit leaves)[/]")
+            continue
+        if not line:
+            continue
+        if line.startswith("/"):
+            cmd, _, arg = line.partition(" ")
+            if cmd in ("/exit", "/quit"):
+                return
+            if cmd == "/help":
+                render.out.print(HELP.format(k=k))
+            elif cmd == "/reset":
+                history, last_question, last_sources = [], "", []
+                render.out.print("[dim]conversation cleared[/]")
+            elif cmd == "/sources":
+                render.sources(last_sources)
+            elif cmd == "/k":
+                if arg.strip().isdigit() and 1 <= int(arg) <= 50:
+                    k = int(arg)
+                    render.out.print(f"[dim]k = {k}[/]")
+                else:
+                    render.error("usage: /k N, with N from 1 to 50")
+            else:
+                render.error(f"unknown command {cmd}; /help lists them")
+            continue
+        # A follow-up ("and who was his brother?") retrieves with the previous question for its missing context.
+        query = f"{last_question} {line}" if last_question else line
+        try:
+            result, stream = ws.ask(store, query, k=k, history=history[-2 * HISTORY_TURNS:])
+            # The model sees the user's own words as the question; retrieval used the combined query.
+            answer_text = ""
+            try:
+                answer_text = render.stream_answer(stream)
+            except KeyboardInterrupt:
+                render.out.print("\n[dim](stopped)[/]")
+            last_sources = result.retrieved
+            render.out.print(f"[dim]{len(result.retrieved)} sources · /sources to list them[/]")
+        except (EpiError, StoreError) as exc:
+            render.error(str(exc))
+            continue
+        history += [{"role": "user", "content": line}, {"role": "assistant", "content": answer_text.strip()}]
+        last_question = line
