@@ -22,9 +22,13 @@ fi
 # 1. CPU torch for the embedder, unless some torch is already there (a CUDA or MPS one is fine too).
 if ! "$PYTHON" -c 'import torch' 2>/dev/null; then
     if [ "$(uname -s)" = "Linux" ]; then
-        # A local wheel (find-links / mirror) first; otherwise PyTorch's CPU-only index.
-        pip_install --no-index "torch==2.13.0" 2>/dev/null \
-            || pip_install "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu
+        # A CPU wheel already on this machine (find-links / mirror) first, its pure-Python dependencies from the
+        # usual index; otherwise PyTorch's CPU-only index, which also serves those dependencies.
+        if pip_install --no-index --no-deps "torch==2.13.0" 2>/dev/null; then
+            pip_install "torch==2.13.0"
+        else
+            pip_install "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu
+        fi
     else
         pip_install "torch==2.13.0"
     fi
