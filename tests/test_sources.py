@@ -210,14 +210,14 @@ def _tree(root: Path) -> None:
 def test_discover_code_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = tmp_path / "proj"
     _tree(root)
-    assert "keep.log" not in [r[1] for r in discover([root]) if not isinstance(r, Skipped)]  # .log: not a doc type
+    assert "keep.log" not in [Path(r[1]).name for r in discover([root]) if not isinstance(r, Skipped)]  # .log: not a doc type
     # Make .log ingestible so the `*.log` / `!keep.log` rules are what decides.
     monkeypatch.setattr(sources, "TEXT_EXTS", sources.TEXT_EXTS | {".log"})
     results = list(discover([root]))
     found = [item for item in results if not isinstance(item, Skipped)]
     skipped = [item for item in results if isinstance(item, Skipped)]
 
-    assert [d for _, d in found] == sorted(
+    assert [os.path.relpath(d, root) for _, d in found] == sorted(
         [
             "LICENSE",
             "README.md",
@@ -229,7 +229,7 @@ def test_discover_code_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
             "pkg/sub/wanted.log",
         ]
     )
-    assert all(p.is_absolute() and p == (root / d).resolve() for p, d in found)
+    assert all(p.is_absolute() and p == Path(d).resolve() for p, d in found)
     assert [(s.path.name, s.reason) for s in skipped] == [("blob.dat.txt", "binary file")]
     assert list(discover([root])) == results  # stable across runs
 
@@ -239,7 +239,7 @@ def test_discover_subdirectory_inherits_parent_gitignore(tmp_path: Path) -> None
     _tree(root)
     (root / ".git").mkdir()  # inside a work tree, an argument below the top obeys the top's rules
     _write(root / ".git" / "info" / "exclude", "core.py\n")
-    assert [d for _, d in discover([root / "pkg"])] == ["sub/deep.rs"]
+    assert [d for _, d in discover([root / "pkg"])] == [str(root / "pkg" / "sub" / "deep.rs")]
 
 
 def test_discover_explicit_dir_inside_ignored_tree(tmp_path: Path) -> None:
@@ -249,7 +249,7 @@ def test_discover_explicit_dir_inside_ignored_tree(tmp_path: Path) -> None:
     _write(home / "docs" / "plan.md", "plan\n")
     _write(home / "docs" / ".gitignore", "draft.md\n")
     _write(home / "docs" / "draft.md", "draft\n")
-    assert [d for _, d in discover([home / "docs"])] == ["plan.md"]
+    assert [d for _, d in discover([home / "docs"])] == [str(home / "docs" / "plan.md")]
     assert list(discover([home])) == []  # walking the repo itself still obeys it
 
 
@@ -262,7 +262,15 @@ def test_discover_file_args_missing_and_dedup(tmp_path: Path) -> None:
     assert results[1] == Skipped(tmp_path / "missing.txt", "no such file or directory")
     assert results[2] == ((root / "main.py").resolve(), str(root / "main.py"))
     displays = [r[1] for r in results[3:] if not isinstance(r, Skipped)]
-    assert "main.py" not in displays and "README.md" in displays  # yielded once, via the explicit argument
+    assert str(root / "main.py") not in displays and str(root / "README.md") in displays  # yielded once, via the explicit argument
+
+
+def test_discover_shows_paths_under_the_argument_as_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _write(tmp_path / "docs" / "README.md", "docs\n")
+    _write(tmp_path / "src" / "README.md", "src\n")
+    monkeypatch.chdir(tmp_path)
+    assert [d for _, d in discover([Path("docs/"), Path("src")])] == ["docs/README.md", "src/README.md"]
+    assert [d for _, d in discover([Path(".")])] == ["docs/README.md", "src/README.md"]
 
 
 @pytest.mark.skipif(os.name == "nt", reason="symlinks need privileges on Windows")
@@ -274,7 +282,8 @@ def test_discover_symlinks(tmp_path: Path) -> None:
     (root / "loop").symlink_to(root, target_is_directory=True)
     (root / "outdir").symlink_to(tmp_path / "outside", target_is_directory=True)
     found = list(discover([root]))
-    assert found == [((root / "a.py").resolve(), "a.py"), ((tmp_path / "outside" / "far.md").resolve(), "link.md")]
+    assert found == [((root / "a.py").resolve(), str(root / "a.py")),
+                     ((tmp_path / "outside" / "far.md").resolve(), str(root / "link.md"))]
 
 
 def test_discover_skips_oversized_json(tmp_path: Path) -> None:
@@ -283,7 +292,7 @@ def test_discover_skips_oversized_json(tmp_path: Path) -> None:
     results = list(discover([tmp_path]))
     assert results[0] == Skipped(tmp_path / "big.json", results[0].reason)  # type: ignore[union-attr]
     assert "1 MB" in results[0].reason  # type: ignore[union-attr]
-    assert results[1] == ((tmp_path / "small.json").resolve(), "small.json")
+    assert results[1] == ((tmp_path / "small.json").resolve(), str(tmp_path / "small.json"))
 
 
 # ------------------------------------------------------------------------------------------------ hashing

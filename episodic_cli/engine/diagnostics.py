@@ -32,7 +32,7 @@ def collect(model: str | None, store: str | None) -> list[tuple[str, str, bool |
         v = _version(dist)
         rows.append((dist, v, v != "not installed"))
     info = system_info()
-    features = [part.split(" = ")[0].strip() for part in info.split("|") if part.strip().endswith("= 1")]
+    features = [part.split(" = ")[0].split(":")[-1].strip() for part in info.split("|") if part.strip().endswith("= 1")]
     rows += [
         ("cpu features", " ".join(features) or info, None),
         ("threads", f"{default_threads()} (override with --threads)", None),

@@ -271,7 +271,10 @@ def discover(paths: Iterable[Path]) -> Iterator[tuple[Path, str] | Skipped]:
             resolved = item[0].resolve()
             if resolved not in seen:
                 seen.add(resolved)
-                yield resolved, item[1]
+                # Paths inside a directory argument are shown under it as the user wrote it ("src/a.py"), the way
+                # grep does, so that `epi ingest docs/ src/` keeps its two README.md files apart in citations.
+                shown = item[1] if arg.is_file() else os.path.normpath(os.path.join(str(arg), item[1]))
+                yield resolved, shown
 
 
 # ------------------------------------------------------------------------------------------------- parsing
