@@ -5,7 +5,7 @@ setup(
     ext_modules=[
         Extension(
             "episodic_cli.native._kernels",
-            sources=["native/src/kernels_module.c", "native/src/surprise.c"],
+            sources=["native/src/kernels_module.c", "native/src/surprise.c", "native/src/quant.c", "native/src/scale.c"],
             extra_compile_args=["-O3", "-std=c99"],
         )
     ]

@@ -3,7 +3,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from typing import Literal
+
+from ._kernels import dequantize as _dequantize
+from ._kernels import quantize as _quantize
+from ._kernels import scale_rows as _scale_rows
 from ._kernels import surprise as _surprise
+
+QuantKind = Literal["f16", "q8_0", "q4_0"]
+# (values, bytes) per block; layouts are ggml's block_q8_0 / block_q4_0, f16 is plain little-endian half.
+BLOCK_SHAPE: dict[str, tuple[int, int]] = {"f16": (1, 2), "q8_0": (32, 34), "q4_0": (32, 18)}
 
 
 def surprise_at(logits_address: int, n_rows: int, n_vocab: int, targets: np.ndarray) -> np.ndarray:
@@ -23,3 +32,48 @@ def surprise(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
     """Same as `surprise_at` for a [n_rows, n_vocab] float32 array (used by tests and benchmarks)."""
     logits = np.ascontiguousarray(logits, dtype=np.float32)
     return surprise_at(logits.ctypes.data, logits.shape[0], logits.shape[1], targets)
+
+
+def _block_shape(kind: str, n_values: int) -> tuple[int, int]:
+    if kind not in BLOCK_SHAPE:
+        raise ValueError(f"unknown quantization kind {kind!r}; expected one of {sorted(BLOCK_SHAPE)}")
+    values, nbytes = BLOCK_SHAPE[kind]
+    if n_values % values:
+        raise ValueError(f"{kind}: last axis ({n_values}) must be a multiple of {values}")
+    return values, nbytes
+
+
+def quantize(x: np.ndarray, kind: QuantKind) -> np.ndarray:
+    """Encode float32 rows [..., n] into uint8 [..., n / block_values * block_bytes] (ggml-identical bytes)."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    n = x.shape[-1] if x.ndim else 1
+    values, nbytes = _block_shape(kind, n)
+    out = np.empty(x.shape[:-1] + (n // values * nbytes,), dtype=np.uint8)
+    if x.size:
+        _quantize(kind, x, out, x.size)
+    return out
+
+
+def dequantize(data: np.ndarray | bytes, kind: QuantKind, n_values: int) -> np.ndarray:
+    """Decode uint8 rows [..., row_bytes] holding `n_values` values each into float32 [..., n_values]."""
+    data = np.ascontiguousarray(np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray, memoryview))
+                                else data, dtype=np.uint8)
+    values, nbytes = _block_shape(kind, n_values)
+    row_bytes = n_values // values * nbytes
+    if data.ndim == 0 or data.shape[-1] != row_bytes:
+        raise ValueError(f"{kind}: {n_values} values take {row_bytes} bytes per row, got shape {data.shape}")
+    out = np.empty(data.shape[:-1] + (n_values,), dtype=np.float32)
+    if out.size:
+        _dequantize(kind, data, out, out.size)
+    return out
+
+
+def scale_rows(x: np.ndarray, factors: np.ndarray) -> np.ndarray:
+    """x[r, :] * factors[r] for a 2-D float32 x (a new array)."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    factors = np.ascontiguousarray(factors, dtype=np.float32)
+    if x.ndim != 2 or factors.shape != (x.shape[0],):
+        raise ValueError(f"scale_rows: need x [rows, cols] and factors [rows], got {x.shape} and {factors.shape}")
+    out = np.empty_like(x)
+    _scale_rows(x, factors, out, x.shape[0], x.shape[1])
+    return out

@@ -10,3 +10,82 @@ def surprise(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
     m = x.max(axis=1, keepdims=True)
     lse = m[:, 0] + np.log(np.exp(x - m).sum(axis=1))
     return (lse - x[np.arange(len(targets)), targets]).astype(np.float32)
+
+
+# ---------------------------------------------------------------------------------- ggml block quantization
+# Vectorised twins of ggml's quantize_row_q{8,4}_0_ref / dequantize_row_q{8,4}_0: every step stays in float32 in
+# ggml's order, so results are bit-identical, not merely close.
+QK = 32
+
+
+def fp32_to_fp16(x: np.ndarray) -> np.ndarray:
+    """Round-to-nearest-even half precision as uint16 bits (numpy's cast is IEEE RNE; NaN made quiet like ggml)."""
+    h = np.asarray(x, dtype=np.float32).astype(np.float16).view(np.uint16)
+    return np.where(np.isnan(x), (h & 0x8000) | 0x7E00, h).astype(np.uint16)
+
+
+def fp16_to_fp32(h: np.ndarray) -> np.ndarray:
+    """Exact widening; NaNs come out quiet (quiet bit set, payload kept) as ggml's conversion does."""
+    f = np.asarray(h, dtype=np.uint16).view(np.float16).astype(np.float32).view(np.uint32)
+    return np.where(np.isnan(f.view(np.float32)), f | 0x400000, f).astype(np.uint32).view(np.float32)
+
+
+def _to_int(v: np.ndarray) -> np.ndarray:
+    """C's float -> int truncation, with the out-of-range/NaN case pinned to 0 as in quant.c."""
+    ok = np.isfinite(v) & (np.abs(v) < 2.0**31)
+    return np.where(ok, np.trunc(np.where(ok, v, 0)), 0).astype(np.int64)
+
+
+def _blocks(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float32)
+    if x.shape[-1] % QK:
+        raise ValueError(f"last axis ({x.shape[-1]}) must be a multiple of {QK}")
+    return x.reshape(-1, QK)
+
+
+def _inverse(d: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", over="ignore"):
+        return np.where(d != 0, np.float32(1) / np.where(d != 0, d, 1), 0).astype(np.float32)
+
+
+def quantize_q8_0(x: np.ndarray) -> np.ndarray:
+    b = _blocks(x)
+    d = (np.abs(b).max(axis=1) / np.float32(127)).astype(np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        v = (b * _inverse(d)[:, None]).astype(np.float64)          # float32 product; float64 makes the next step exact
+        q = _to_int(np.trunc(v + np.copysign(0.5, v)))             # C roundf: half away from zero (np.round is to even)
+    out = np.concatenate([fp32_to_fp16(d)[:, None].view(np.uint8).reshape(-1, 2),
+                          q.astype(np.int8).view(np.uint8)], axis=1)
+    return out.reshape(np.shape(x)[:-1] + (-1,))
+
+
+def quantize_q4_0(x: np.ndarray) -> np.ndarray:
+    b = _blocks(x)
+    # ggml keeps the first element of largest magnitude (strict <), sign included.
+    mx = b[np.arange(len(b)), np.abs(b).argmax(axis=1)]
+    d = (mx / np.float32(-8)).astype(np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        v = (b * _inverse(d)[:, None]).astype(np.float32) + np.float32(8.5)
+        q = np.minimum(15, _to_int(v).astype(np.int8)).astype(np.uint8)
+    nib = q[:, : QK // 2] | (q[:, QK // 2 :] << 4)
+    out = np.concatenate([fp32_to_fp16(d)[:, None].view(np.uint8).reshape(-1, 2), nib], axis=1)
+    return out.reshape(np.shape(x)[:-1] + (-1,))
+
+
+def dequantize_q8_0(data: np.ndarray, n_values: int) -> np.ndarray:
+    blk = np.asarray(data, dtype=np.uint8).reshape(-1, 2 + QK)
+    d = fp16_to_fp32(blk[:, :2].copy().view("<u2")[:, 0])
+    y = blk[:, 2:].view(np.int8).astype(np.float32) * d[:, None]
+    return y.reshape(np.shape(data)[:-1] + (n_values,))
+
+
+def dequantize_q4_0(data: np.ndarray, n_values: int) -> np.ndarray:
+    blk = np.asarray(data, dtype=np.uint8).reshape(-1, 2 + QK // 2)
+    d = fp16_to_fp32(blk[:, :2].copy().view("<u2")[:, 0])
+    q = np.concatenate([blk[:, 2:] & 0x0F, blk[:, 2:] >> 4], axis=1).astype(np.int8) - np.int8(8)
+    y = q.astype(np.float32) * d[:, None]
+    return y.reshape(np.shape(data)[:-1] + (n_values,))
+
+
+def scale_rows(x: np.ndarray, factors: np.ndarray) -> np.ndarray:
+    return (np.asarray(x, dtype=np.float32) * np.asarray(factors, dtype=np.float32)[:, None]).astype(np.float32)

@@ -3,6 +3,9 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
+#include "quant.h"
+#include "scale.h"
 #include "surprise.h"
 
 static int get_buffer(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t itemsize, Py_ssize_t n, const char *name)
@@ -45,8 +48,106 @@ static PyObject *py_surprise(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* Row codecs by name; "f16" is plain half precision, the store's unquantized block type. */
+typedef struct {
+    const char *name;
+    Py_ssize_t block_values, block_bytes;
+    void (*encode)(const float *, uint8_t *, int64_t);
+    void (*decode)(const uint8_t *, float *, int64_t);
+} codec_t;
+
+/* Byte-wise little-endian so a numpy uint8 view at any offset (and a big-endian host) is handled. */
+static void f16_encode(const float *x, uint8_t *y, int64_t k)
+{
+    for (int64_t i = 0; i < k; i++) { const uint16_t h = epi_fp32_to_fp16(x[i]); y[2 * i] = (uint8_t)h; y[2 * i + 1] = (uint8_t)(h >> 8); }
+}
+static void f16_decode(const uint8_t *x, float *y, int64_t k)
+{
+    for (int64_t i = 0; i < k; i++) y[i] = epi_fp16_to_fp32((uint16_t)(x[2 * i] | (x[2 * i + 1] << 8)));
+}
+
+static const codec_t codecs[] = {
+    {"f16", 1, 2, f16_encode, f16_decode},
+    {"q8_0", EPI_QK, EPI_Q8_0_BLOCK_BYTES, epi_quantize_row_q8_0, epi_dequantize_row_q8_0},
+    {"q4_0", EPI_QK, EPI_Q4_0_BLOCK_BYTES, epi_quantize_row_q4_0, epi_dequantize_row_q4_0},
+};
+
+static const codec_t *find_codec(const char *kind, Py_ssize_t n_values)
+{
+    for (size_t i = 0; i < sizeof codecs / sizeof codecs[0]; i++) {
+        if (strcmp(codecs[i].name, kind) != 0) continue;
+        if (n_values < 0 || n_values % codecs[i].block_values) {
+            PyErr_Format(PyExc_ValueError, "%s: value count %zd is not a multiple of %zd", kind, n_values, codecs[i].block_values);
+            return NULL;
+        }
+        return &codecs[i];
+    }
+    PyErr_Format(PyExc_ValueError, "unknown quantization kind '%s' (f16, q8_0, q4_0)", kind);
+    return NULL;
+}
+
+PyDoc_STRVAR(quantize_doc,
+"quantize(kind, x, out, n_values)\n\n"
+"Encode n_values float32 from buffer x into buffer out (kind: f16, q8_0, q4_0; ggml block layout).\n"
+"out must hold exactly n_values / block_values * block_bytes bytes. Releases the GIL.");
+
+PyDoc_STRVAR(dequantize_doc,
+"dequantize(kind, data, out, n_values)\n\n"
+"Decode buffer data (ggml block layout of `kind`) into n_values float32 in buffer out. Releases the GIL.");
+
+static PyObject *codec_call(PyObject *args, int encode)
+{
+    const char *kind;
+    PyObject *src_obj, *dst_obj;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "sOOn", &kind, &src_obj, &dst_obj, &n)) return NULL;
+    const codec_t *c = find_codec(kind, n);
+    if (!c) return NULL;
+    const Py_ssize_t n_bytes = n / c->block_values * c->block_bytes;
+    Py_buffer src, dst;
+    if (get_buffer(src_obj, &src, 0, 1, encode ? 4 * n : n_bytes, encode ? "x" : "data") < 0) return NULL;
+    if (get_buffer(dst_obj, &dst, 1, 1, encode ? n_bytes : 4 * n, "out") < 0) { PyBuffer_Release(&src); return NULL; }
+    Py_BEGIN_ALLOW_THREADS
+    if (encode) c->encode((const float *)src.buf, (uint8_t *)dst.buf, n);
+    else c->decode((const uint8_t *)src.buf, (float *)dst.buf, n);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&src);
+    PyBuffer_Release(&dst);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_quantize(PyObject *self, PyObject *args) { (void)self; return codec_call(args, 1); }
+static PyObject *py_dequantize(PyObject *self, PyObject *args) { (void)self; return codec_call(args, 0); }
+
+PyDoc_STRVAR(scale_rows_doc,
+"scale_rows(x, factors, out, n_rows, n_cols)\n\n"
+"out[r, :] = x[r, :] * factors[r] for a row-major float32 [n_rows, n_cols] x; out may be x. Releases the GIL.");
+
+static PyObject *py_scale_rows(PyObject *self, PyObject *args)
+{
+    PyObject *x_obj, *f_obj, *out_obj;
+    Py_ssize_t n_rows, n_cols;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOOnn", &x_obj, &f_obj, &out_obj, &n_rows, &n_cols)) return NULL;
+    if (n_rows < 0 || n_cols < 0) { PyErr_SetString(PyExc_ValueError, "scale_rows: negative shape"); return NULL; }
+    Py_buffer x, f, out;
+    if (get_buffer(x_obj, &x, 0, 4, n_rows * n_cols, "x") < 0) return NULL;
+    if (get_buffer(f_obj, &f, 0, 4, n_rows, "factors") < 0) { PyBuffer_Release(&x); return NULL; }
+    if (get_buffer(out_obj, &out, 1, 4, n_rows * n_cols, "out") < 0) { PyBuffer_Release(&x); PyBuffer_Release(&f); return NULL; }
+    Py_BEGIN_ALLOW_THREADS
+    epi_scale_rows((const float *)x.buf, (const float *)f.buf, (float *)out.buf, n_rows, n_cols);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&f);
+    PyBuffer_Release(&out);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"surprise", py_surprise, METH_VARARGS, surprise_doc},
+    {"quantize", py_quantize, METH_VARARGS, quantize_doc},
+    {"dequantize", py_dequantize, METH_VARARGS, dequantize_doc},
+    {"scale_rows", py_scale_rows, METH_VARARGS, scale_rows_doc},
     {NULL, NULL, 0, NULL},
 };
 
