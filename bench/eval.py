@@ -436,7 +436,7 @@ def write_markdown(result: dict, path: Path, heatmap: str | None) -> None:
     md = ["# Evaluation", "",
           f"Produced by `{result['command']}` ({result['variant']} variant) on {result['environment']['machine']}, "
           f"{result['environment']['cpus']} CPUs, model {result['environment']['model']}, "
-          f"{result['date']}. Wall time {result['wall_s'] / 60:.1f} min "
+          f"{result['date']}. Stage: **{result.get('stage', 'complete')}**. Wall time {result['wall_s'] / 60:.1f} min "
           f"(ingest {result['ingest_s']:.0f} s, of which cached: {result['cached_suites']}). "
           "Machine-readable rows: `evaluation.json` beside this file. How to run: `bench/README.md`.", "",
           "Cells of answer tables: **contains-match / token F1 / exact match** (src = gold sentence inside a cited "
@@ -455,6 +455,9 @@ def write_markdown(result: dict, path: Path, heatmap: str | None) -> None:
             ("truncation", "truncation to the 8k window (head)"), ("full", "full context (when it fits 8k)"),
             (None, "epi kv mode"), (None, "EpMAN weighting (exact / noisy)"), (None, "block quantization (q8_0 / q4_0 KV)")]
     md += ["", "## Needle: passkey", "", *answer_table(rows, "passkey", "length", base, cfg["needle_lengths"], L)]
+    md += ["", "All depths' needles live in one document per length (one ingest per length), so the other needles "
+           "are same-template distractors: when retrieval brings several of them (short haystacks, where k=3 with "
+           "+-1 neighbours covers much of the document), a wrong vault's key is the typical error."]
     if heatmap:
         md += ["", f"![needle heatmap]({heatmap})", "",
                "Depth x length for the passkey needle: left, epi's answer (contains-match); right, whether the "
@@ -536,44 +539,56 @@ def main(argv: list[str] | None = None) -> int:
     harness = Harness(ws, log)
     rows: list[dict] = []
     done: Counter = Counter()
-    log("asking")
+    command = "python bench/eval.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+
+    def write(stage: str) -> None:
+        """Written after the retrieval pass and after each set's answers, so a long run leaves usable output."""
+        wall = time.perf_counter() - started
+        result = {
+            "variant": variant, "command": command.strip(), "date": time.strftime("%Y-%m-%d"), "stage": stage,
+            "wall_s": round(wall, 1), "ingest_s": round(ingest_s, 1),
+            "cached_suites": sum(1 for s in suites if s.ingest.get("cached")),
+            "environment": {"machine": platform.machine(), "cpus": os.cpu_count(),
+                            "python": platform.python_version(), "model": ws.model.info.name,
+                            "model_sha256": ws.prepared.sha256},
+            "config": cfg, "seed": SEED, "generator_version": gen.GENERATOR_VERSION,
+            "haystack": "pydoc_data.topics (CPython, PSF License), sentences shuffled with the seed",
+            "not_implemented": {"kv_mode": NOT_KV, "epman_weighting": NOT_KV, "block_quantization": NOT_KV},
+            "ingest": {s.generated.name: s.ingest for s in suites},
+            "questions": [q.as_json() for s in suites for q in s.generated.questions],
+            "rows": rows,
+        }
+        heatmap = None
+        if not args.no_heatmap:
+            write_heatmap(rows, cfg, out / "needle_heatmap.png")
+            heatmap = "needle_heatmap.png"
+        (out / "evaluation.json").write_text(json.dumps(result, indent=1))
+        write_markdown(result, out / "evaluation.md", heatmap)
+        log(f"  wrote {out / 'evaluation.md'} ({stage}, {wall / 60:.1f} min)")
+
+    log("retrieval sweep")
+    chosen: dict[str, list[bool]] = {}
     for suite in suites:
-        chosen = []
+        chosen[suite.generated.name] = []
         for q in suite.generated.questions:
             limit = cfg["answer_limit"].get(q.suite)
-            chosen.append(limit is None or done[q.suite] < limit)
+            chosen[suite.generated.name].append(limit is None or done[q.suite] < limit)
             done[q.suite] += 1
             rows += harness.run_question(suite, q, cfg, [])
+    write("retrieval only, answers pending")
+    log("asking")
+    for n, suite in enumerate(suites, 1):
         # condition outer, question inner: consecutive prompts share the long document prefix (KV reused)
         conds = list(dict.fromkeys(c for q in suite.generated.questions for c in cfg["answers"].get(q.suite, [])))
         for cond in conds:
-            for q, ok in zip(suite.generated.questions, chosen):
+            for q, ok in zip(suite.generated.questions, chosen[suite.generated.name]):
                 if ok and cond in cfg["answers"].get(q.suite, []):
                     rows += harness.run_question(suite, q, cfg, [cond], retrieval=False)
+        write("complete" if n == len(suites) else f"answers for {n} of {len(suites)} sets")
     ws.close()
-    wall = time.perf_counter() - started
-    command = "python bench/eval.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
-    result = {
-        "variant": variant, "command": command.strip(), "date": time.strftime("%Y-%m-%d"),
-        "wall_s": round(wall, 1), "ingest_s": round(ingest_s, 1),
-        "cached_suites": sum(1 for s in suites if s.ingest.get("cached")),
-        "environment": {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version(),
-                        "model": ws.model.info.name, "model_sha256": ws.prepared.sha256},
-        "config": cfg, "seed": SEED, "generator_version": gen.GENERATOR_VERSION,
-        "haystack": "pydoc_data.topics (CPython, PSF License), sentences shuffled with the seed",
-        "not_implemented": {"kv_mode": NOT_KV, "epman_weighting": NOT_KV, "block_quantization": NOT_KV},
-        "ingest": {s.generated.name: s.ingest for s in suites},
-        "questions": [q.as_json() for s in suites for q in s.generated.questions],
-        "rows": rows,
-    }
     for s in suites:
         s.store.close()
-    heatmap = None
-    if not args.no_heatmap:
-        write_heatmap(rows, cfg, out / "needle_heatmap.png")
-        heatmap = "needle_heatmap.png"
-    (out / "evaluation.json").write_text(json.dumps(result, indent=1))
-    write_markdown(result, out / "evaluation.md", heatmap)
+    wall = time.perf_counter() - started
     log(f"done in {wall / 60:.1f} min -> {out / 'evaluation.md'}")
     return 0
 
