@@ -22,7 +22,7 @@ err = Console(stderr=True, highlight=False)
 
 
 def error(message: str) -> None:
-    err.print(f"[bold red]error:[/] {escape(message)}")
+    err.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)  # one line even when piped (80 cols)
 
 
 def info(message: str) -> None:
@@ -108,9 +108,9 @@ class IngestProgressView:
         elif result.status == "unchanged":
             err.print(f"[dim]= {escape(result.display_path)}: unchanged, skipped[/]")
         elif result.status == "skipped":
-            err.print(f"[yellow]- {escape(result.display_path)}: skipped ({escape(result.error or '')})[/]")
+            err.print(f"[yellow]- {escape(result.display_path)}: skipped ({escape(result.error or '')})[/]", soft_wrap=True)
         else:
-            err.print(f"[red]✗ {escape(result.display_path)}: {escape(result.error or 'failed')}[/]")
+            err.print(f"[red]✗ {escape(result.display_path)}: {escape(result.error or 'failed')}[/]", soft_wrap=True)
 
 
 def ingest_summary(results: list[IngestResult], store_dir: Path) -> None:

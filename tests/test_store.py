@@ -79,8 +79,13 @@ def store(tmp_path: Path):
 
 
 def test_never_imports_model_runtimes():
-    for name in ("llama_cpp", "torch", "sentence_transformers"):
-        assert name not in sys.modules
+    # In a fresh interpreter: other test modules in this session legitimately load the model runtimes.
+    import subprocess
+
+    code = ("import sys, episodic_cli.store, episodic_cli.store.index; "
+            "print([m for m in ('llama_cpp', 'torch', 'sentence_transformers') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
 
 
 def test_create_and_reopen_round_trip(tmp_path, rng):

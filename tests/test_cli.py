@@ -1,0 +1,241 @@
+"""The `epi` CLI contract: JSON shapes, help, and bad inputs that end as one line on stderr with a non-zero exit and
+no traceback. Commands run in-process through Typer's CliRunner (stdout and stderr captured apart), plus one run of
+the real console entry point in a subprocess."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import TEXT_FACT
+from pdf_fixture import make_encrypted_pdf, make_pdf
+from episodic_cli.app import app
+from episodic_cli.store import Store
+
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def assert_one_line_error(result, *needles: str, code: int = 1) -> str:
+    """Non-zero exit, nothing on stdout, exactly one `error:` line on stderr holding the needles, no traceback."""
+    assert result.exit_code == code, (result.exit_code, result.output)
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert "Traceback" not in result.output
+    err = result.stderr.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("error: "), err
+    for n in needles:
+        assert n in err, (n, err)
+    assert result.stdout == ""
+    return err
+
+
+def failed_line(result, display: str) -> str:
+    lines = [ln for ln in result.stderr.splitlines() if display in ln and "✗" in ln]
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+# ------------------------------------------------------------------------------------------- JSON contracts
+
+
+def test_ask_json_contract(shared_ask):
+    assert shared_ask.exit_code == 0, shared_ask.stderr
+    assert len(shared_ask.stdout.strip().splitlines()) == 1  # exactly one JSON object, nothing else on stdout
+    out = json.loads(shared_ask.stdout)
+    assert set(out) == {"answer", "mode", "sources", "retrieved_tokens", "timings"}
+    assert isinstance(out["answer"], str) and out["answer"] == out["answer"].strip() and out["answer"]
+    assert out["mode"] == "text"
+    assert isinstance(out["retrieved_tokens"], int) and not isinstance(out["retrieved_tokens"], bool)
+    assert out["sources"]
+    for s in out["sources"]:
+        assert set(s) == {"document", "page", "line_start", "line_end", "event_id", "score", "text"}
+        assert isinstance(s["document"], str) and isinstance(s["text"], str) and s["text"]
+        assert isinstance(s["event_id"], int) and not isinstance(s["event_id"], bool)
+        for key in ("page", "line_start", "line_end"):
+            assert s[key] is None or (isinstance(s[key], int) and s[key] >= 1)
+        assert (s["page"] is None) != (s["line_start"] is None)
+        assert s["score"] is None or (isinstance(s["score"], float) and s["score"] > 0)
+    assert any(TEXT_FACT in s["text"] for s in out["sources"])
+    assert set(out["timings"]) == {"retrieve_s", "prefill_s", "first_token_s", "total_s"}
+    t = out["timings"]
+    assert all(isinstance(v, float) and v >= 0 for v in t.values())
+    assert 0 < t["retrieve_s"] <= t["first_token_s"] <= t["total_s"] and t["prefill_s"] > 0
+    assert out["retrieved_tokens"] > 0
+
+
+def test_ingest_json_one_object_per_document(shared_store):
+    assert shared_store.ingest_exit_code == 0
+    recs = shared_store.records()
+    assert len(recs) == len(shared_store.ingest_stdout.strip().splitlines()) == 2
+    for r in recs:
+        assert set(r) == {"path", "tokens", "events", "seconds", "tokens_per_s", "status"}
+        assert isinstance(r["path"], str) and r["status"] == "ingested"
+        assert isinstance(r["tokens"], int) and isinstance(r["events"], int) and r["tokens"] > r["events"] > 0
+        assert isinstance(r["seconds"], float) and r["seconds"] > 0
+        assert r["tokens_per_s"] == pytest.approx(r["tokens"] / r["seconds"], rel=0.02)
+
+
+def test_ls_and_show_json(shared_store):
+    result = invoke("ls", "--store", shared_store.store_dir, "--json")
+    assert result.exit_code == 0, result.output
+    listing = json.loads(result.stdout)
+    assert listing["store"] == str(shared_store.store_dir)
+    assert sorted(d["path"] for d in listing["documents"]) == sorted([str(shared_store.pdf), str(shared_store.text)])
+    pdf = next(d for d in listing["documents"] if d["kind"] == "pdf")
+    assert pdf["pages"] == 5 and pdf["lines"] is None
+    assert listing["n_documents"] == 2 and listing["n_events"] == sum(d["events"] for d in listing["documents"])
+
+    with Store.open_existing(shared_store.store_dir) as st:
+        doc = next(d for d in st.documents() if d.kind == "text")
+        ev = st.events_of(doc.id)[1]
+    result = invoke("show", ev.id, "--store", shared_store.store_dir, "--json")
+    assert result.exit_code == 0, result.output
+    shown = json.loads(result.stdout)
+    assert shown["event_id"] == ev.id and shown["text"] == ev.text and shown["ordinal"] == 1
+    assert shown["document"] == str(shared_store.text)
+    assert (shown["line_start"], shown["line_end"]) == (ev.line_start, ev.line_end)
+    assert shown["tokens"] == ev.token_end - ev.token_start
+
+    result = invoke("show", ev.id, "--store", shared_store.store_dir)  # human form prints the exact text
+    assert result.exit_code == 0 and ev.text.strip() in result.stdout
+
+
+def test_doctor_on_the_ingested_store(shared_store):
+    result = invoke("doctor", "--store", shared_store.store_dir)
+    assert result.exit_code == 0, result.output
+    assert "FAIL" not in result.stdout
+    flat = " ".join(result.stdout.split())  # the table wraps long cells at 80 columns
+    assert "matches the model in use" in flat and "2 documents" in flat
+
+
+@pytest.mark.parametrize("cmd", [[], ["ingest"], ["ask"], ["chat"], ["ls"], ["show"], ["rm"], ["doctor"]])
+def test_help_exits_zero(cmd):
+    result = invoke(*cmd, "--help")
+    assert result.exit_code == 0, result.output
+    assert "Usage" in result.stdout
+
+
+def test_version():
+    result = invoke("--version")
+    assert result.exit_code == 0 and result.stdout.startswith("epi ")
+
+
+# ----------------------------------------------------------------------------------------------- bad inputs
+
+
+def test_kv_mode_is_refused_clearly(shared_store):
+    result = invoke("ask", "anything?", "--store", shared_store.store_dir, "--mode", "kv")
+    assert_one_line_error(result, "kv mode", "--mode text")
+
+
+def test_unknown_mode_is_refused():
+    assert_one_line_error(invoke("ask", "anything?", "--mode", "fast"), "unknown --mode 'fast'")
+
+
+def test_encrypted_pdf_fails_alone_and_others_are_ingested(tmp_path):
+    locked = make_encrypted_pdf(tmp_path / "locked.pdf", ["The secret page text."], "hunter2")
+    good = tmp_path / "good.txt"
+    good.write_text("The tide tables were kept in the harbour office. " * 6 + "\n", encoding="utf-8")
+    store = tmp_path / "store"
+    result = invoke("ingest", locked, good, "--store", store)
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output and result.exception is None or isinstance(result.exception, SystemExit)
+    assert "encrypted" in failed_line(result, str(locked))
+    listing = json.loads(invoke("ls", "--store", store, "--json").stdout)
+    assert [d["path"] for d in listing["documents"]] == [str(good)]
+
+
+@pytest.mark.parametrize(
+    "name,content,needle",
+    [
+        ("corrupt.pdf", b"%PDF-1.4\n1 0 obj\n<< /Type /Catalog /Pages 9 0 R >>\nendobj\ntrailer\n<<>>\n%%EOF\n"
+         + bytes(range(256)) * 4, "not a readable PDF"),
+        ("blob.txt", b"abc\x00\x01\x02\xff" * 200, "binary file"),
+        ("empty.md", b"  \n\n", "is empty"),
+    ],
+)
+def test_bad_file_fails_with_one_line(tmp_path, name, content, needle):
+    bad = tmp_path / name
+    bad.write_bytes(content)
+    result = invoke("ingest", bad, "--store", tmp_path / "store", "--json")
+    assert result.exit_code == 1
+    assert "Traceback" not in result.output and result.exception is None or isinstance(result.exception, SystemExit)
+    rec = json.loads(result.stdout)  # one JSON object, with the reason on one line
+    assert rec["status"] == "failed" and needle in rec["error"] and "\n" not in rec["error"]
+    assert set(rec) == {"path", "tokens", "events", "seconds", "tokens_per_s", "status", "error"}
+    # The same failure in human form: one ✗ line naming the file and the reason.
+    result = invoke("ingest", bad, "--store", tmp_path / "store")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert needle in failed_line(result, str(bad))
+
+
+def test_nonexistent_path(tmp_path):
+    missing = tmp_path / "nope.txt"
+    result = invoke("ingest", missing, "--store", tmp_path / "store")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    lines = [ln for ln in result.stderr.splitlines() if str(missing) in ln and "no such file" in ln]
+    assert len(lines) == 1, result.stderr
+
+
+def test_unknown_model_files(tmp_path):
+    doc = tmp_path / "doc.txt"
+    doc.write_text("Some words to ingest.\n", encoding="utf-8")
+    assert_one_line_error(invoke("ingest", doc, "--model", "/nonexistent.gguf", "--store", tmp_path / "s"),
+                          "model file not found: /nonexistent.gguf")
+    fake = tmp_path / "fake.gguf"
+    fake.write_bytes(b"this is not a model" * 10)
+    assert_one_line_error(invoke("ingest", doc, "--model", fake, "--store", tmp_path / "s"), "is not a GGUF model file")
+    assert_one_line_error(invoke("ask", "q?", "--model", "/nonexistent.gguf"), "no store at")  # store checked first
+
+
+def test_min_tokens_above_max_tokens(tmp_path):
+    doc = tmp_path / "doc.txt"
+    doc.write_text("Some words.\n", encoding="utf-8")
+    assert_one_line_error(invoke("ingest", doc, "--min-tokens", "300", "--max-tokens", "200"), "--min-tokens")
+
+
+def test_ask_ls_show_on_missing_store(tmp_path):
+    missing = tmp_path / "no-such-store"
+    assert_one_line_error(invoke("ask", "anything?", "--store", missing), f"no store at {missing}")
+    assert_one_line_error(invoke("ls", "--store", missing), "no store at")
+    assert_one_line_error(invoke("show", "1", "--store", missing), "no store at")
+    # The default store of a fresh EPI_HOME does not exist either.
+    assert_one_line_error(invoke("ask", "anything?"), "no store at", "epi ingest")
+
+
+def test_show_unknown_event_and_rm_unknown_document(shared_store):
+    assert_one_line_error(invoke("show", "987654", "--store", shared_store.store_dir), "no event 987654")
+    result = invoke("rm", "not/a/document.txt", "--store", shared_store.store_dir)
+    assert_one_line_error(result, "not in the store: not/a/document.txt")
+    with Store.open_existing(shared_store.store_dir) as st:
+        assert st.stats()["n_documents"] == 2
+
+
+def test_invalid_store_name():
+    assert_one_line_error(invoke("ls", "--store", "bad name!"), "invalid store name")
+
+
+def test_real_console_script_prints_no_traceback(tmp_path):
+    """The real entry point, stderr piped (not a terminal): one unwrapped line, exit 1, no traceback."""
+    missing = tmp_path / ("a-store-path-long-enough-that-a-wrapped-line-would-show" * 2)
+    env = {**os.environ, "EPI_HOME": str(tmp_path / "home")}
+    proc = subprocess.run([sys.executable, "-m", "episodic_cli", "ask", "anything?", "--store", str(missing)],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: no store at ") and str(missing) in lines[0], proc.stderr
+
+    pdf = make_pdf(tmp_path / "x.pdf", ["hello"])  # an existing file passed as --model: not GGUF
+    proc = subprocess.run([sys.executable, "-m", "episodic_cli", "ingest", str(pdf), "--model", str(pdf)],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [f"error: {pdf} is not a GGUF model file (llama.cpp models end in .gguf)"]
