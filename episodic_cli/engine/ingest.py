@@ -126,6 +126,9 @@ class Ingestor:
             return IngestResult(key, display_path, "failed", seconds=time.perf_counter() - start, error=str(exc))
         except MemoryError:
             return IngestResult(key, display_path, "failed", error="out of memory while ingesting this document")
+        except Exception as exc:  # noqa: BLE001 - one document's unexpected failure must not stop the others
+            return IngestResult(key, display_path, "failed", seconds=time.perf_counter() - start,
+                                error=f"unexpected {type(exc).__name__}: {exc} (nothing of this file was stored)")
 
     def _events(self, doc: SourceDocument, tokens: np.ndarray, surprise: np.ndarray) -> list[EventRecord]:
         table = self.model.pieces()
