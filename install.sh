@@ -19,6 +19,16 @@ if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
     exit 1
 fi
 
+# A system Python that forbids pip installs (PEP 668, e.g. Debian/Ubuntu) gets a private .venv here instead.
+created_venv=""
+if [ -z "${VIRTUAL_ENV:-}" ] && "$PYTHON" -c 'import os, sys, sysconfig
+sys.exit(not os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")))'; then
+    echo "this Python is managed by the system (PEP 668); installing into $PWD/.venv" >&2
+    "$PYTHON" -m venv .venv
+    PYTHON="$PWD/.venv/bin/python"
+    created_venv=1
+fi
+
 # 1. CPU torch for the embedder, unless some torch is already there (a CUDA or MPS one is fine too).
 if ! "$PYTHON" -c 'import torch' 2>/dev/null; then
     if [ "$(uname -s)" = "Linux" ]; then
@@ -61,4 +71,8 @@ pip_install -e ".[test]"
 # pyenv only creates the `epi` shim on a rehash.
 if command -v pyenv >/dev/null 2>&1; then pyenv rehash || true; fi
 "$PYTHON" -m episodic_cli --version
+if [ -n "$created_venv" ]; then
+    mkdir -p "$HOME/.local/bin" && ln -sf "$PWD/.venv/bin/epi" "$HOME/.local/bin/epi"
+    echo "linked ~/.local/bin/epi (make sure ~/.local/bin is on PATH); run the tests with: .venv/bin/python -m pytest" >&2
+fi
 echo "installed. Try: epi ingest README.md && epi ask \"what does epi do?\"" >&2
