@@ -15,7 +15,8 @@ from .engine.errors import EpiError
 from .engine.paths import store_path
 from .engine.segment import SegmentParams
 from .engine.sources import Skipped, discover
-from .engine.workspace import MODES, Workspace
+from .engine.kv_mode import DEFAULT_KIND, KINDS as KV_KINDS
+from .engine.workspace import MAX_EVENT_TOKENS, MODES, Workspace
 from .store import Store, StoreError
 
 app = typer.Typer(
@@ -69,6 +70,8 @@ def ingest(
     min_tokens: Annotated[int, typer.Option(help="Smallest event, in tokens.", min=16)] = SegmentParams.min_tokens,
     max_tokens: Annotated[int, typer.Option(help="Largest event, in tokens.", min=16)] = SegmentParams.max_tokens,
     gamma: Annotated[float, typer.Option(help="Surprise threshold: mean + GAMMA x std of the last tokens (EM-LLM eq. 1).")] = SegmentParams.gamma,
+    kv_type: Annotated[str, typer.Option(help="How each event's KV block is stored for kv mode: q8_0 (about 12 KB/token with the bundled model), q4_0 (6.5 KB/token, less faithful) or f16 (23 KB/token, exact).")] = DEFAULT_KIND,
+    kv: Annotated[bool, typer.Option("--kv/--no-kv", help="Store KV blocks (fast answers in kv mode). --no-kv keeps only text (text mode, far less disk).")] = True,
     as_json: JsonOpt = False,
 ) -> None:
     """Read documents into the store: one llama.cpp pass per file, surprise-segmented events, embeddings.
@@ -78,6 +81,10 @@ def ingest(
     """
     if min_tokens > max_tokens:
         raise EpiError("--min-tokens must not exceed --max-tokens")
+    if max_tokens > MAX_EVENT_TOKENS:
+        raise EpiError(f"--max-tokens must be at most {MAX_EVENT_TOKENS} (an event must fit the ingest window)")
+    if kv_type not in KV_KINDS:
+        raise EpiError(f"unknown --kv-type {kv_type!r}: use {', '.join(KV_KINDS)}")
     params = SegmentParams(gamma=gamma, min_tokens=min_tokens, max_tokens=max_tokens)
     found = list(discover(paths))
     if not found:
@@ -85,7 +92,7 @@ def ingest(
     ws = Workspace(model, store, threads)
     with render.status("loading model and embedder", quiet=as_json):
         st = ws.store_for_writing(params)
-        ingestor = ws.ingestor(st, params)
+        ingestor = ws.ingestor(st, params, kv_type if kv else None)
         ws.embedder  # noqa: B018 - load it before the progress bars start
     results = []
     try:
@@ -108,7 +115,7 @@ def ingest(
 def ask(
     question: Annotated[str, typer.Argument(help="Your question, in quotes.", show_default=False)],
     k: Annotated[int, typer.Option("-k", min=1, max=50, help="Events found by similarity, before their neighbours are added.")] = 3,
-    mode: Annotated[str, typer.Option(help="`text` re-reads the retrieved events; `kv` loads their stored KV blocks (needs a store with blocks).")] = "text",
+    mode: Annotated[Optional[str], typer.Option(help="`kv` loads the retrieved events' stored KV blocks (the default when the store has them); `text` re-reads their text.", show_default=False)] = None,
     neighbours: Annotated[int, typer.Option(min=0, max=3, help="Adjacent events added around each hit (temporal contiguity).")] = 1,
     store: StoreOpt = None,
     model: ModelOpt = None,
@@ -119,14 +126,14 @@ def ask(
 
     Example:  epi ask "what does the retry policy default to?" -k 5
     """
-    if mode not in MODES:
+    if mode is not None and mode not in MODES:
         raise EpiError(f"unknown --mode {mode!r}: use text or kv")
-    ws = Workspace(model, store, threads)
+    ws = Workspace(model, store, threads, warn=render.warning)
     with Store.open_existing(ws.store_dir) as st:
         with render.status("loading model", quiet=as_json):
             ws.check_store(st)
             ws.embedder  # noqa: B018 - load before timing starts
-            ws.answerer()
+            ws.answerer(mode or ws.default_mode(st))
         result, stream = ws.ask(st, question, k=k, mode=mode, neighbours=neighbours)
         if as_json:
             for _ in stream:
@@ -150,12 +157,12 @@ def chat(
     """Talk to the archive: follow-up questions keep the conversation. Type /help inside for commands."""
     from .repl import run_repl
 
-    ws = Workspace(model, store, threads)
+    ws = Workspace(model, store, threads, warn=render.warning)
     with Store.open_existing(ws.store_dir) as st:
         with render.status("loading model"):
             ws.check_store(st)
             ws.embedder  # noqa: B018
-            ws.answerer()
+            ws.answerer(ws.default_mode(st))
         run_repl(ws, st, k)
     ws.close()
 

@@ -25,6 +25,10 @@ def error(message: str) -> None:
     err.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)  # one line even when piped (80 cols)
 
 
+def warning(message: str) -> None:
+    err.print(f"[yellow]warning:[/] {escape(message)}", soft_wrap=True)
+
+
 def info(message: str) -> None:
     err.print(escape(message))
 

@@ -51,7 +51,7 @@ _DOC_COLS = (
 )
 _EVENT_COLS = (
     "id, document_id, ordinal, token_start, token_end, char_start, char_end, page_start, page_end, "
-    "line_start, line_end, surprise_mean, surprise_max, text"
+    "line_start, line_end, surprise_mean, surprise_max, text, kv_offset, kv_length"
 )
 
 STOP_WORDS = frozenset(
@@ -130,10 +130,11 @@ def _document(row: tuple) -> DocumentRecord:
 
 
 def _event(row: tuple) -> EventRecord:
-    (id_, doc_id, ordinal, ts, te, cs, ce, ps, pe, ls, le, smean, smax, text) = row
+    (id_, doc_id, ordinal, ts, te, cs, ce, ps, pe, ls, le, smean, smax, text, kv_off, kv_len) = row
     return EventRecord(
         ordinal=ordinal, token_start=ts, token_end=te, char_start=cs, char_end=ce, page_start=ps, page_end=pe,
         line_start=ls, line_end=le, surprise_mean=smean, surprise_max=smax, text=text, id=id_, document_id=doc_id,
+        kv_offset=kv_off, kv_length=kv_len,
     )  # fmt: skip
 
 
@@ -350,11 +351,11 @@ class Store:
     def _insert_event(self, document_id: int, ev: EventRecord, vector: np.ndarray) -> int:
         cur = self._conn.execute(
             "INSERT INTO events (document_id, ordinal, token_start, token_end, char_start, char_end, page_start, "
-            "page_end, line_start, line_end, surprise_mean, surprise_max, text, embedding) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "page_end, line_start, line_end, surprise_mean, surprise_max, text, embedding, kv_offset, kv_length) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (document_id, ev.ordinal, ev.token_start, ev.token_end, ev.char_start, ev.char_end, ev.page_start,
              ev.page_end, ev.line_start, ev.line_end, float(ev.surprise_mean), float(ev.surprise_max), ev.text,
-             vector.astype(np.float32).tobytes()),
+             vector.astype(np.float32).tobytes(), ev.kv_offset, ev.kv_length),
         )  # fmt: skip
         self._conn.execute(
             "INSERT INTO events_fts (rowid, text) VALUES (?, ?)", (cur.lastrowid, fts5_document(ev.text))

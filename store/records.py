@@ -85,3 +85,5 @@ class EventRecord:
     embedding: np.ndarray | None = None
     id: int | None = None
     document_id: int | None = None
+    kv_offset: int | None = None     # the event's KV block in kv/blocks.ekv (kv mode); None when not captured
+    kv_length: int | None = None

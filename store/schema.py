@@ -63,6 +63,13 @@ def m001_initial(conn: sqlite3.Connection) -> None:
         conn.execute(sql)
 
 
+@migration
+def m002_event_kv_blocks(conn: sqlite3.Connection) -> None:
+    # Where each event's KV block lives in kv/blocks.ekv (None: no block, kv mode falls back to the event's text).
+    conn.execute("ALTER TABLE events ADD COLUMN kv_offset INTEGER")
+    conn.execute("ALTER TABLE events ADD COLUMN kv_length INTEGER")
+
+
 def _applied(conn: sqlite3.Connection) -> set[str]:
     exists = conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='_migrations'").fetchone()
     if not exists:

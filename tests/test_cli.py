@@ -52,7 +52,7 @@ def test_ask_json_contract(shared_ask):
     out = json.loads(shared_ask.stdout)
     assert set(out) == {"answer", "mode", "sources", "retrieved_tokens", "timings"}
     assert isinstance(out["answer"], str) and out["answer"] == out["answer"].strip() and out["answer"]
-    assert out["mode"] == "text"
+    assert out["mode"] == "kv"  # the default whenever the store has KV blocks (ingest stores them by default)
     assert isinstance(out["retrieved_tokens"], int) and not isinstance(out["retrieved_tokens"], bool)
     assert out["sources"]
     for s in out["sources"]:
@@ -131,9 +131,14 @@ def test_version():
 # ----------------------------------------------------------------------------------------------- bad inputs
 
 
-def test_kv_mode_is_refused_clearly(shared_store):
-    result = invoke("ask", "anything?", "--store", shared_store.store_dir, "--mode", "kv")
-    assert_one_line_error(result, "kv mode", "--mode text")
+def test_kv_mode_on_a_store_without_blocks_is_refused_clearly(tmp_path):
+    doc = tmp_path / "note.txt"
+    doc.write_text("The ferry to Orsk leaves at nine. The harbour master keeps the keys.\n" * 8)
+    store = tmp_path / "textonly"
+    assert invoke("ingest", doc, "--store", store, "--no-kv").exit_code == 0
+    assert not (store / "kv" / "blocks.ekv").exists()
+    result = invoke("ask", "When does the ferry leave?", "--store", store, "--mode", "kv")
+    assert_one_line_error(result, "no KV blocks", "--mode text")
 
 
 def test_unknown_mode_is_refused():

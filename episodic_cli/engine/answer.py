@@ -33,14 +33,27 @@ def citation(r: RetrievedEvent) -> str:
 
 
 def evidence_block(retrieved: list[RetrievedEvent]) -> str:
-    parts = [f"[{i}] {citation(r)}\n{r.event.text.strip()}" for i, r in enumerate(retrieved, 1)]
-    return "\n\n".join(parts)
+    """Numbered sources, each headed by its citation, with the event's text."""
+    return "\n\n".join(f"[{i}] {citation(r)}\n{r.event.text.strip()}" for i, r in enumerate(retrieved, 1))
 
 
-def build_messages(question: str, retrieved: list[RetrievedEvent], history: list[dict[str, str]] | None = None
-                   ) -> list[dict[str, str]]:
-    """System rules, earlier turns (chat), then one user turn holding the sources and, last, the question."""
-    user = f"Sources:\n\n{evidence_block(retrieved)}\n\nQuestion: {question}" if retrieved else (
+def block_evidence(retrieved: list[RetrievedEvent], placeholder: Callable[[int], str]) -> str:
+    """kv mode's layout: the events' blocks back to back, then a legend of their citations. Keeping the blocks
+    adjacent means one K-shift for all of them (llama.cpp re-rotates the whole cache at each decode that follows a
+    move, which cost seconds per source when headers were decoded between blocks)."""
+    blocks = "".join(placeholder(i) for i in range(len(retrieved)))
+    legend = "; ".join(f"[{i}] {citation(r)}" for i, r in enumerate(retrieved, 1))
+    return f"{blocks}\n\n(Sources, in order: {legend})"
+
+
+def build_messages(question: str, retrieved: list[RetrievedEvent], history: list[dict[str, str]] | None = None,
+                   evidence: str | None = None) -> list[dict[str, str]]:
+    """System rules, earlier turns (chat), then one user turn holding the sources and, last, the question.
+    `evidence` replaces the text-mode evidence block (kv mode passes `block_evidence`)."""
+    question = "".join(ch for ch in question if ch >= " " or ch in "\n\t")  # no control characters in prompts
+    if evidence is None and retrieved:
+        evidence = evidence_block(retrieved)
+    user = f"Sources:\n\n{evidence}\n\nQuestion: {question}" if retrieved else (
         f"(No sources were found in the archive.)\n\nQuestion: {question}")
     return [{"role": "system", "content": SYSTEM_PROMPT}, *(history or []), {"role": "user", "content": user}]
 

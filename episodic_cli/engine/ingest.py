@@ -17,7 +17,8 @@ from ..store import DocumentRecord, EventRecord, Store, StoreError
 from .embedder import Embedder
 from .errors import EpiError
 from .llama_backend import LlamaModel, LlamaSession
-from .segment import SegmentParams, clean_cut_mask, segment
+from .kv_mode import BlockCapture
+from .segment import SegmentParams, StreamingSegmenter, clean_cut_mask
 from .sources import Skipped, SourceDocument, SourceError, file_sha256, load_document
 
 
@@ -79,12 +80,14 @@ def token_char_offsets(doc_text: str, token_pieces: list[bytes]) -> np.ndarray:
 
 class Ingestor:
     def __init__(self, store: Store, model: LlamaModel, embedder: Embedder, params: SegmentParams,
-                 n_threads: int | None = None):
+                 n_threads: int | None = None, capture: BlockCapture | None = None):
         self.store = store
         self.model = model
         self.embedder = embedder
         self.params = params
-        self.session = LlamaSession(model, n_ctx=params.window, n_threads=n_threads, n_seq_max=1)
+        self.capture = capture  # None: text mode only, no KV blocks are stored
+        # n_seq_max 2: sequence 1 stages each event's cells while its KV block is read out.
+        self.session = LlamaSession(model, n_ctx=params.window, n_threads=n_threads, n_seq_max=2)
 
     def ingest(self, found_files: Iterable[tuple[Path, str] | Skipped], progress: IngestProgress | None = None
                ) -> Iterator[IngestResult]:
@@ -109,8 +112,7 @@ class Ingestor:
             doc = load_document(path, display_path)
             tokens = self.model.tokenize(doc.text)
             progress.document_started(display_path, len(tokens))
-            surprise = self.session.surprise_pass(tokens, self.params.n_sink, progress.tokens_done)
-            events = self._events(doc, tokens, surprise)
+            events = self._segment_and_capture(doc, tokens, progress)
             vectors = self.embedder.embed_texts([e.text for e in events])
             for ev, vec in zip(events, vectors):
                 ev.embedding = vec
@@ -120,6 +122,8 @@ class Ingestor:
                 n_tokens=len(tokens), n_events=len(events), n_pages=doc.n_pages, n_lines=doc.n_lines,
                 ingest_seconds=seconds,
             )
+            if self.capture is not None:
+                self.capture.sync()
             self.store.replace_document(record, events)
             return IngestResult(key, display_path, "ingested", len(tokens), len(events), seconds)
         except (SourceError, StoreError, EpiError) as exc:
@@ -130,13 +134,29 @@ class Ingestor:
             return IngestResult(key, display_path, "failed", seconds=time.perf_counter() - start,
                                 error=f"unexpected {type(exc).__name__}: {exc} (nothing of this file was stored)")
 
-    def _events(self, doc: SourceDocument, tokens: np.ndarray, surprise: np.ndarray) -> list[EventRecord]:
+    def _segment_and_capture(self, doc: SourceDocument, tokens: np.ndarray, progress: IngestProgress
+                             ) -> list[EventRecord]:
+        """The llama.cpp pass; events are cut as soon as their surprise is known, while their KV is still in the
+        window, and their blocks captured then."""
         table = self.model.pieces()
         token_pieces = [table[t] for t in tokens]
-        spans = segment(surprise, clean_cut_mask(token_pieces), self.params)
+        clean = clean_cut_mask(token_pieces)
+        spans: list[tuple[int, int]] = []
+        blocks: list[tuple[int, int] | None] = []
+        segmenter: StreamingSegmenter | None = None
+
+        def on_decoded(surprise: np.ndarray, known: int) -> int:
+            nonlocal segmenter
+            segmenter = segmenter or StreamingSegmenter(surprise, clean, self.params)
+            for a, b in segmenter.advance(known):
+                blocks.append(self.capture.capture(self.session, a, b, len(spans)) if self.capture else None)
+                spans.append((a, b))
+            return segmenter.start
+
+        surprise = self.session.surprise_pass(tokens, self.params.n_sink, progress.tokens_done, on_decoded)
         offsets = token_char_offsets(doc.text, token_pieces)
         events = []
-        for ordinal, (a, b) in enumerate(spans):
+        for ordinal, ((a, b), block) in enumerate(zip(spans, blocks)):
             c0, c1 = int(offsets[a]), int(offsets[b])
             page_start, page_end, line_start, line_end = doc.locate(c0, c1)
             s = surprise[a:b]
@@ -144,8 +164,11 @@ class Ingestor:
                 ordinal=ordinal, token_start=a, token_end=b, char_start=c0, char_end=c1,
                 page_start=page_start, page_end=page_end, line_start=line_start, line_end=line_end,
                 surprise_mean=float(s.mean()), surprise_max=float(s.max()), text=doc.text[c0:c1],
+                kv_offset=block[0] if block else None, kv_length=block[1] if block else None,
             ))
         return events
 
     def close(self) -> None:
         self.session.close()
+        if self.capture is not None:
+            self.capture.close()

@@ -234,6 +234,12 @@ class LlamaSession:
         if rc != 0:
             raise EpiError(f"llama.cpp decode failed (code {rc}); the context of {self.n_ctx} tokens may be full")
 
+    def warm_up(self) -> None:
+        """Touch the weights once (the first decode of a process pages in the mapped model file), so that the
+        first question is timed like every later one."""
+        self.decode(np.array([0], dtype=np.int32), 0)
+        self.clear()
+
     def logits_address(self) -> int:
         return ctypes.cast(L.llama_get_logits(self.ctx), ctypes.c_void_p).value
 
@@ -252,22 +258,32 @@ class LlamaSession:
         tokens: np.ndarray,
         n_sink: int,
         on_progress: Callable[[int], None] | None = None,
+        on_decoded: Callable[[np.ndarray, int], int] | None = None,
     ) -> np.ndarray:
         """One pass over a document with a sliding window that keeps the first `n_sink` tokens (attention sinks,
         EM-LLM 3.1 / StreamingLLM) and returns each token's surprise -log p(x_t | x_<t) (EM-LLM eq. 1).
-        Token 0 has no context; it gets the document's median surprise so it never triggers a boundary."""
+
+        After each batch, `on_decoded(surprise, known)` may act on the cache (capture event blocks: document token t
+        sits at cache position `cache_pos(t)`); surprise[:known] is final and tokens < known - 1 are decoded. It
+        returns the first document token that must stay in the cache; the window never evicts from there on.
+        Token 0 has no context; it gets the first batch's median surprise so it never triggers a boundary."""
         n = len(tokens)
         surprise = np.zeros(n, dtype=np.float32)
-        if n < 2:
-            return surprise
         self.clear()
+        self._n_sink = min(n_sink, self.n_ctx // 4)
+        self._offset = 0  # document token t >= n_sink sits at cache position t - offset (positions stay compact)
+        if n < 2:
+            if on_decoded and n:
+                self.decode(tokens, 0, np.zeros(n, dtype=np.int8))
+                on_decoded(surprise, n)
+            return surprise
         n_vocab = self.model.info.n_vocab
-        n_sink = min(n_sink, self.n_ctx // 4)
-        cached = 0  # tokens in the cache == next position (positions stay compact after each shift)
+        keep_from = 0
+        cached = 0  # tokens in the cache == next position
         for a in range(0, n, INGEST_BATCH):
             b = min(a + INGEST_BATCH, n)
             if cached + (b - a) > self.n_ctx:
-                cached = self._slide_window(cached, b - a, n_sink)
+                cached = self._slide_window(cached, b - a, keep_from)
             # Row i predicts token a+i+1; the document's last token predicts nothing.
             n_out = min(b, n - 1) - a
             wanted = np.zeros(b - a, dtype=np.int8)
@@ -278,17 +294,30 @@ class LlamaSession:
                 surprise[a + 1 : a + 1 + n_out] = native.surprise_at(
                     self.logits_address(), n_out, n_vocab, tokens[a + 1 : a + 1 + n_out]
                 )
+            if a == 0:
+                surprise[0] = float(np.median(surprise[1 : 1 + n_out]))
+            if on_decoded:
+                keep_from = on_decoded(surprise, b + 1 if b < n else n)
             if on_progress:
                 on_progress(b - a)
-        surprise[0] = float(np.median(surprise[1:]))
         return surprise
 
-    def _slide_window(self, cached: int, incoming: int, n_sink: int) -> int:
-        """Evict the oldest half of the non-sink window (llama.cpp's context shift) and close the position gap."""
-        movable = cached - n_sink
-        discard = max(movable // 2, cached + incoming - self.n_ctx)
+    def cache_pos(self, t: int) -> int:
+        """Cache position of document token t during `surprise_pass` (valid while t has not been evicted)."""
+        return t if t < self._n_sink else t - self._offset
+
+    def _slide_window(self, cached: int, incoming: int, keep_from: int) -> int:
+        """Evict the oldest non-sink tokens (half of them, llama.cpp's context shift, but never a token the caller
+        still needs) and close the position gap."""
+        n_sink = self._n_sink
+        needed = cached + incoming - self.n_ctx
+        evictable = max(self.cache_pos(max(keep_from, n_sink)) - n_sink, 0)
+        discard = max(needed, min((cached - n_sink) // 2, evictable))
+        if discard > evictable:
+            raise EpiError("ingest window too small for the pending event; lower --max-tokens")
         L.llama_memory_seq_rm(self.memory, 0, n_sink, n_sink + discard)
         L.llama_memory_seq_add(self.memory, 0, n_sink + discard, cached, -discard)
+        self._offset += discard
         return cached - discard
 
     # -- generation -------------------------------------------------------------------------------------------

@@ -90,6 +90,60 @@ def _snap(pos: int, clean: np.ndarray, lo: int, hi: int, radius: int) -> int | N
     return None
 
 
+class StreamingSegmenter:
+    """Decides event boundaries as surprise values arrive, so the ingest pass can capture each event's KV block while
+    it is still in the sliding window. The decision for an event depends only on tokens up to start + max_tokens and
+    on the document length n (known up front), so cutting in a stream gives the same events as cutting at the end.
+
+    `surprise` is the document's surprise array, filled in by the caller up to the `known` index it passes."""
+
+    def __init__(self, surprise: np.ndarray, clean: np.ndarray, params: SegmentParams):
+        self.surprise = surprise
+        self.clean = clean
+        self.params = params
+        self.n = len(surprise)
+        self.candidate = np.zeros(self.n + 1, dtype=bool)
+        self._scored = 0        # candidates are final for t < _scored
+        self.start = 0          # start of the event not yet decided
+
+    def _score(self, known: int) -> None:
+        if known <= self._scored:
+            return
+        lo = max(0, self._scored - self.params.tau)
+        found = surprise_candidates(self.surprise[lo:known], self.params.gamma, self.params.tau) + lo
+        self.candidate[found[found >= self._scored]] = True
+        self._scored = known
+
+    def advance(self, known: int) -> list[tuple[int, int]]:
+        """Events [(start, end), ...] that can be decided now that surprise[:known] is final (known == n: all)."""
+        p = self.params
+        self._score(known)
+        events = []
+        while self.n - self.start > p.max_tokens and known > self.start + p.max_tokens:
+            cut = self._next_cut()
+            events.append((self.start, cut))
+            self.start = cut
+        if known >= self.n and self.start < self.n:
+            events.append((self.start, self.n))
+            self.start = self.n
+        return events
+
+    def _next_cut(self) -> int:
+        p, s, n, surprise = self.params, self.start, self.n, self.surprise
+        lo, hi = s + p.min_tokens, min(s + p.max_tokens, n - p.min_tokens)
+        if hi < lo:  # the remainder cannot hold two events of min size; split it evenly
+            hi = lo = s + (n - s) // 2
+        window = np.flatnonzero(self.candidate[lo : hi + 1]) + lo
+        # The most surprising candidate in range wins (EM-LLM keeps the peaks); then snap it to a clean end.
+        for c in window[np.argsort(-surprise[window], kind="stable")]:
+            cut = _snap(int(c), self.clean, lo, hi, p.snap_radius)
+            if cut is not None:
+                return cut
+        # No surprise peak in range: the latest clean cut keeps events large, else a hard cut.
+        clean_in = np.flatnonzero(self.clean[lo : hi + 1])
+        return int(clean_in[-1] + lo) if len(clean_in) else hi
+
+
 def segment(
     surprise: np.ndarray,
     clean: np.ndarray,
@@ -103,27 +157,7 @@ def segment(
     n = len(surprise)
     if n == 0:
         return []
-    candidates = surprise_candidates(surprise, params.gamma, params.tau)
-    cand_set = np.zeros(n + 1, dtype=bool)
-    cand_set[candidates] = True
-    starts = [0]
-    s = 0
-    while n - s > params.max_tokens:
-        lo, hi = s + params.min_tokens, min(s + params.max_tokens, n - params.min_tokens)
-        if hi < lo:  # the remainder cannot hold two events of min size; split it evenly
-            hi = lo = s + (n - s) // 2
-        cut = None
-        window = np.flatnonzero(cand_set[lo : hi + 1]) + lo
-        # The most surprising candidate in range wins (EM-LLM keeps the peaks); then snap it to a clean end.
-        for c in window[np.argsort(-surprise[window], kind="stable")]:
-            cut = _snap(int(c), clean, lo, hi, params.snap_radius)
-            if cut is not None:
-                break
-        if cut is None:  # no surprise peak in range: the latest clean cut keeps events large, else a hard cut
-            clean_in = np.flatnonzero(clean[lo : hi + 1])
-            cut = int(clean_in[-1] + lo) if len(clean_in) else hi
-        starts.append(cut)
-        s = cut
-    starts = refine(starts, n)
+    spans = StreamingSegmenter(surprise, clean, params).advance(n)
+    starts = refine([a for a, _ in spans], n)
     bounds = starts + [n]
     return [(bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)]

@@ -12,10 +12,11 @@ from functools import cached_property
 from pathlib import Path
 
 from ..store import Store, StoreIdentity
-from .answer import ANSWER_TOKENS, Answer, TextModeAnswerer, build_messages
+from .answer import ANSWER_TOKENS, Answer, TextModeAnswerer, block_evidence, build_messages
 from .embedder import EMBED_DIM, EMBEDDER_NAME, Embedder
 from .errors import EpiError
 from .ingest import Ingestor
+from .kv_mode import BLOCK_FILE, DEFAULT_KIND, BlockCapture, KVModeAnswerer, file_header, has_blocks, placeholder
 from .llama_backend import LlamaModel, llama_cpp_version
 from .models import PreparedModel, prepare_model
 from .paths import store_path
@@ -25,6 +26,8 @@ from .segment import SegmentParams
 MODES = ("text", "kv")
 ANSWER_CONTEXT = 8192
 EVIDENCE_BUDGET = 3072
+NO_BLOCKS = "this store has no KV blocks (ingested with --no-kv); re-ingest its files, or use --mode text"
+MAX_EVENT_TOKENS = 1024  # an event plus a batch must fit the 2048-token ingest window beside the sinks
 
 
 @dataclass
@@ -50,11 +53,13 @@ class AskResult:
 
 
 class Workspace:
-    def __init__(self, model: str | None = None, store: str | None = None, threads: int | None = None):
+    def __init__(self, model: str | None = None, store: str | None = None, threads: int | None = None,
+                 warn: Callable[[str], None] | None = None):
         self.model_choice = model
         self.store_dir: Path = store_path(store)
         self.threads = threads
-        self._answerer: TextModeAnswerer | None = None
+        self.warn = warn or (lambda message: None)
+        self._answerers: dict[str, TextModeAnswerer | KVModeAnswerer] = {}
 
     @cached_property
     def prepared(self) -> PreparedModel:
@@ -93,14 +98,30 @@ class Workspace:
 
     # -- commands ---------------------------------------------------------------------------------------------
 
-    def ingestor(self, store: Store, params: SegmentParams) -> Ingestor:
-        return Ingestor(store, self.model, self.embedder, params, self.threads)
+    def ingestor(self, store: Store, params: SegmentParams, kv_kind: str | None = DEFAULT_KIND) -> Ingestor:
+        """kv_kind None stores no KV blocks (text mode only)."""
+        capture = None
+        if kv_kind is not None:
+            capture = BlockCapture(store.path, file_header(self.model, self.prepared.sha256), kv_kind)
+        return Ingestor(store, self.model, self.embedder, params, self.threads, capture)
 
-    def answerer(self) -> TextModeAnswerer:
-        if self._answerer is None:
+    def default_mode(self, store: Store) -> str:
+        """kv whenever the store has KV blocks, else text (decided per question too: see `ask`)."""
+        return "kv" if (store.path / BLOCK_FILE).is_file() else "text"
+
+    def answerer(self, mode: str = "text") -> TextModeAnswerer | KVModeAnswerer:
+        if mode not in self._answerers:
             n_ctx = min(ANSWER_CONTEXT, self.model.info.n_ctx_train)
-            self._answerer = TextModeAnswerer(self.model, n_ctx, self.threads)
-        return self._answerer
+            if mode == "kv":
+                if not (self.store_dir / BLOCK_FILE).is_file():
+                    raise EpiError(NO_BLOCKS)
+                header = file_header(self.model, self.prepared.sha256)
+                self._answerers[mode] = KVModeAnswerer(self.model, n_ctx, self.store_dir, header, self.threads,
+                                                       self.warn)
+            else:
+                self._answerers[mode] = TextModeAnswerer(self.model, n_ctx, self.threads)
+            self._answerers[mode].session.warm_up()
+        return self._answerers[mode]
 
     def retrieve(self, store: Store, question: str, k: int, neighbours: int = 1) -> list[RetrievedEvent]:
         if k < 1:
@@ -114,28 +135,35 @@ class Workspace:
         store: Store,
         question: str,
         k: int = 3,
-        mode: str = "text",
+        mode: str | None = None,
         history: list[dict[str, str]] | None = None,
         neighbours: int = 1,
         should_stop: Callable[[], bool] | None = None,
     ) -> tuple[AskResult, Iterator[str]]:
         """Retrieve now; return the result (filled in as the stream is consumed) and the answer stream."""
-        if mode not in MODES:
+        if mode is not None and mode not in MODES:
             raise EpiError(f"unknown mode {mode!r}: use text or kv")
-        if mode == "kv":
-            raise EpiError("kv mode needs stored KV blocks, which this version of epi does not write yet; "
-                           "use --mode text")
         if not question.strip():
             raise EpiError("the question is empty")
         started = time.perf_counter()
         retrieved = self.retrieve(store, question, k, neighbours)
+        stored = has_blocks(r.event for r in retrieved)
+        if mode == "kv" and retrieved and not stored:
+            raise EpiError(NO_BLOCKS)
+        mode = mode or ("kv" if stored else "text")  # kv whenever the store has blocks
         answer = Answer()
         answer.timings.retrieve_s = time.perf_counter() - started
         result = AskResult(question, mode, retrieved, answer)
-        messages = build_messages(question, retrieved, history)
-        stream = self.answerer().stream(messages, started, answer, should_stop=should_stop)
+        answerer = self.answerer(mode)
+        if mode == "kv":
+            messages = build_messages(question, retrieved, history, block_evidence(retrieved, placeholder))
+            stream = answerer.stream(messages, retrieved, started, answer, should_stop=should_stop)
+        else:
+            messages = build_messages(question, retrieved, history)
+            stream = answerer.stream(messages, started, answer, should_stop=should_stop)
         return result, stream
 
     def close(self) -> None:
-        if self._answerer is not None:
-            self._answerer.close()
+        for answerer in self._answerers.values():
+            answerer.close()
+        self._answerers.clear()

@@ -1,0 +1,77 @@
+"""kv mode end to end on the real model: ingest captures one block per event, `ask` answers from the blocks by
+default, `--mode text` still re-reads text, and a damaged block falls back to the event's text with a warning."""
+from __future__ import annotations
+
+import json
+import shutil
+
+from typer.testing import CliRunner
+
+from conftest import TEXT_QUESTION
+from episodic_cli.app import app
+from episodic_cli.engine import kv_mode
+from episodic_cli.engine.kv_memory import decode_block
+from episodic_cli.store import Store
+from episodic_cli.store.kv_blocks import KVBlockReader
+
+runner = CliRunner()
+
+
+def ask_json(store_dir, *extra: str):
+    result = runner.invoke(app, ["ask", TEXT_QUESTION, "--store", str(store_dir), "-k", "1", "--neighbours", "0",
+                                 "--json", *extra])
+    return result
+
+
+def test_ingest_captures_one_block_per_event(shared_store):
+    with Store.open_existing(shared_store.store_dir) as st:
+        events = [e for d in st.documents() for e in st.events_of(d.id)]
+        reader = KVBlockReader(st.path / kv_mode.BLOCK_FILE)
+        try:
+            for ev in events:
+                assert ev.kv_offset is not None and ev.kv_length is not None
+                block = reader.read(ev.kv_offset, event_id=ev.ordinal, length=ev.kv_length)
+                assert block.n_tokens == ev.token_end - ev.token_start
+                parsed = decode_block(block.payload, "q8_0")
+                # One cell per token, covering consecutive positions (the event's place in the ingest window; cells
+                # come in cache-slot order, which after a window slide is not position order).
+                pos = sorted(parsed.positions.tolist())
+                assert len(pos) == block.n_tokens and pos == list(range(pos[0], pos[0] + len(pos)))
+        finally:
+            reader.close()
+
+
+def test_text_mode_still_answers_from_text(shared_store, monkeypatch):
+    monkeypatch.setenv("EPI_HOME", str(shared_store.home))
+    result = ask_json(shared_store.store_dir, "--mode", "text")
+    assert result.exit_code == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["mode"] == "text" and out["answer"]
+
+
+def test_kv_and_text_mode_use_the_same_sources(shared_store, shared_ask, monkeypatch):
+    monkeypatch.setenv("EPI_HOME", str(shared_store.home))
+    text = json.loads(ask_json(shared_store.store_dir, "--mode", "text").stdout)
+    kv = json.loads(shared_ask.stdout)
+    assert [s["event_id"] for s in kv["sources"]] == [s["event_id"] for s in text["sources"]]
+    assert kv["mode"] == "kv" and kv["answer"]
+
+
+def test_damaged_blocks_fall_back_to_text_with_a_warning(shared_store, tmp_path, monkeypatch):
+    monkeypatch.setenv("EPI_HOME", str(shared_store.home))
+    store_dir = tmp_path / "damaged"
+    shutil.copytree(shared_store.store_dir, store_dir)
+    with Store.open_existing(store_dir) as st:
+        offsets = [(e.kv_offset, e.kv_length) for d in st.documents() for e in st.events_of(d.id)]
+    with open(store_dir / kv_mode.BLOCK_FILE, "r+b") as f:
+        for offset, length in offsets:  # flip one payload bit in every block
+            f.seek(offset + length // 2)
+            byte = f.read(1)[0]
+            f.seek(offset + length // 2)
+            f.write(bytes([byte ^ 0x10]))
+    result = ask_json(store_dir)
+    assert result.exit_code == 0, result.stderr
+    assert "warning:" in result.stderr and "reading its text instead" in result.stderr
+    assert "Traceback" not in result.stderr
+    out = json.loads(result.stdout)
+    assert out["mode"] == "kv" and out["answer"] and out["sources"]
