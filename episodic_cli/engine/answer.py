@@ -97,14 +97,20 @@ class TextModeAnswerer:
         self.session.clear()
         pos = self.session.prefill(tokens)
         answer.timings.prefill_s = time.perf_counter() - t0
-        first = True
-        for piece in self.session.generate(pos, max_tokens, should_stop):
-            if first:
-                answer.timings.first_token_s = time.perf_counter() - started
-                first = False
-            answer.text += piece
-            yield piece
-        answer.timings.total_s = time.perf_counter() - started
+        yield from stream_into(answer, self.session, pos, started, max_tokens, should_stop)
 
     def close(self) -> None:
         self.session.close()
+
+
+def stream_into(answer: Answer, session: LlamaSession, pos: int, started: float, max_tokens: int,
+                should_stop: Callable[[], bool] | None) -> Iterator[str]:
+    """Generate from a prepared cache, appending to `answer` and timing the first token and the whole answer."""
+    first = True
+    for piece in session.generate(pos, max_tokens, should_stop):
+        if first:
+            answer.timings.first_token_s = time.perf_counter() - started
+            first = False
+        answer.text += piece
+        yield piece
+    answer.timings.total_s = time.perf_counter() - started

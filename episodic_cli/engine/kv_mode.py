@@ -18,7 +18,7 @@ import llama_cpp as L
 
 from ..store import StoreError
 from ..store.kv_blocks import BlockCorruptError, KVBlockReader, KVBlockWriter, KVFileHeader
-from .answer import ANSWER_TOKENS, Answer
+from .answer import ANSWER_TOKENS, Answer, stream_into
 from .kv_memory import KIND_BLOCK_TYPE, KINDS, KVFormatError, capture_block, decode_block, encode_block, load_block, \
     parse_state_blob
 from .llama_backend import LlamaModel, LlamaSession
@@ -100,14 +100,7 @@ class KVModeAnswerer:
             n_prompt += len(tokens)
         answer.prompt_tokens = n_prompt
         answer.timings.prefill_s = time.perf_counter() - t0
-        first = True
-        for piece in self.session.generate(pos, max_tokens, should_stop):
-            if first:
-                answer.timings.first_token_s = time.perf_counter() - started
-                first = False
-            answer.text += piece
-            yield piece
-        answer.timings.total_s = time.perf_counter() - started
+        yield from stream_into(answer, self.session, pos, started, max_tokens, should_stop)
 
     def _load(self, r: RetrievedEvent, pos: int) -> int | None:
         ev = r.event
