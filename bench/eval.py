@@ -37,7 +37,7 @@ from episodic_cli.engine.workspace import ANSWER_CONTEXT, EVIDENCE_BUDGET, Works
 from episodic_cli.store import Store  # noqa: E402
 
 ANSWER_MAX_TOKENS = 40      # answers here are a name, a number or half a sentence
-NOT_KV = "n/a (kv mode not implemented yet)"
+NOT_KV = "n/a (kv mode not driven by the harness yet)"
 SEED = 1234
 
 # Which (suite, condition) pairs get generated answers; everything else is retrieval-only (no generation).
@@ -444,7 +444,7 @@ def write_markdown(result: dict, path: Path, heatmap: str | None) -> None:
           "(BroadAttn), document order, same SmolLM2-135M-Instruct for every condition. Greedy answers, at most "
           f"{ANSWER_MAX_TOKENS} tokens. Small n: one question flips a cell by 100/n points.", "",
           "Haystack: shuffled sentences of the Python Language Reference prose shipped with CPython "
-          "(`pydoc_data.topics`, PSF License). Conditions not implemented in epi yet are listed as "
+          "(`pydoc_data.topics`, PSF License). Conditions the harness does not drive yet (kv mode, EpMAN weighting, block types) are listed as "
           f"\"{NOT_KV}\", not simulated.", ""]
     ingest = result["ingest"]
     md += ["## Ingest", "", "| set | tokens | events | seconds | tokens/s | cached |", "|---|---|---|---|---|---|"]
