@@ -133,7 +133,7 @@ def ask(
         with render.status("loading model", quiet=as_json):
             ws.check_store(st)
             ws.embedder  # noqa: B018 - load before timing starts
-            ws.answerer(mode or ws.default_mode(st))
+            ws.answerer(mode or ws.default_mode())
         result, stream = ws.ask(st, question, k=k, mode=mode, neighbours=neighbours)
         if as_json:
             for _ in stream:
@@ -162,7 +162,7 @@ def chat(
         with render.status("loading model"):
             ws.check_store(st)
             ws.embedder  # noqa: B018
-            ws.answerer(ws.default_mode(st))
+            ws.answerer(ws.default_mode())
         run_repl(ws, st, k)
     ws.close()
 

@@ -19,7 +19,7 @@ from .errors import EpiError
 from .llama_backend import LlamaModel, LlamaSession
 from .kv_mode import BlockCapture
 from .segment import SegmentParams, StreamingSegmenter, clean_cut_mask
-from .sources import Skipped, SourceDocument, SourceError, file_sha256, load_document
+from .sources import Skipped, SourceDocument, file_sha256, load_document
 
 
 @dataclass
@@ -126,7 +126,7 @@ class Ingestor:
                 self.capture.sync()
             self.store.replace_document(record, events)
             return IngestResult(key, display_path, "ingested", len(tokens), len(events), seconds)
-        except (SourceError, StoreError, EpiError) as exc:
+        except (StoreError, EpiError) as exc:  # SourceError is an EpiError
             return IngestResult(key, display_path, "failed", seconds=time.perf_counter() - start, error=str(exc))
         except MemoryError:
             return IngestResult(key, display_path, "failed", error="out of memory while ingesting this document")

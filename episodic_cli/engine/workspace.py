@@ -93,7 +93,7 @@ class Workspace:
         return Store.open_existing(self.store_dir)
 
     def check_store(self, store: Store) -> None:
-        """Asking needs the very model the store was built with (its tokens, and later its KV blocks)."""
+        """Asking needs the very model the store was built with (its tokens and its KV blocks)."""
         store.check_identity(self.identity(SegmentParams(**store.identity.segmentation)))
 
     # -- commands ---------------------------------------------------------------------------------------------
@@ -105,15 +105,22 @@ class Workspace:
             capture = BlockCapture(store.path, file_header(self.model, self.prepared.sha256), kv_kind)
         return Ingestor(store, self.model, self.embedder, params, self.threads, capture)
 
-    def default_mode(self, store: Store) -> str:
+    @property
+    def answer_context(self) -> int:
+        return min(ANSWER_CONTEXT, self.model.info.n_ctx_train)
+
+    def has_block_file(self) -> bool:
+        return (self.store_dir / BLOCK_FILE).is_file()
+
+    def default_mode(self) -> str:
         """kv whenever the store has KV blocks, else text (decided per question too: see `ask`)."""
-        return "kv" if (store.path / BLOCK_FILE).is_file() else "text"
+        return "kv" if self.has_block_file() else "text"
 
     def answerer(self, mode: str = "text") -> TextModeAnswerer | KVModeAnswerer:
         if mode not in self._answerers:
-            n_ctx = min(ANSWER_CONTEXT, self.model.info.n_ctx_train)
+            n_ctx = self.answer_context
             if mode == "kv":
-                if not (self.store_dir / BLOCK_FILE).is_file():
+                if not self.has_block_file():
                     raise EpiError(NO_BLOCKS)
                 header = file_header(self.model, self.prepared.sha256)
                 self._answerers[mode] = KVModeAnswerer(self.model, n_ctx, self.store_dir, header, self.threads,
@@ -127,7 +134,7 @@ class Workspace:
         if k < 1:
             raise EpiError("-k must be at least 1")
         query = self.embedder.embed_query(question)
-        budget = min(EVIDENCE_BUDGET, min(ANSWER_CONTEXT, self.model.info.n_ctx_train) - ANSWER_TOKENS - 768)
+        budget = min(EVIDENCE_BUDGET, self.answer_context - ANSWER_TOKENS - 768)
         return retrieve(store, query, question, k, neighbours, token_budget=budget)
 
     def ask(
