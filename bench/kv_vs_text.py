@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from episodic_cli.engine.answer import Answer, block_evidence, build_messages
-from episodic_cli.engine.kv_mode import BLOCK_FILE, placeholder
+from episodic_cli.engine.kv_capture import BLOCK_FILE
+from episodic_cli.engine.kv_mode import placeholder
 from episodic_cli.engine.llama_backend import LlamaSession
 from episodic_cli.engine.retrieve import RetrievedEvent
 from episodic_cli.engine.segment import SegmentParams

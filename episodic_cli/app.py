@@ -15,7 +15,8 @@ from .engine.errors import EpiError
 from .engine.paths import store_path
 from .engine.segment import SegmentParams
 from .engine.sources import Skipped, discover
-from .engine.kv_mode import DEFAULT_KIND, KINDS as KV_KINDS
+from .engine.kv_capture import DEFAULT_KIND
+from .engine.kv_memory import KINDS as KV_KINDS
 from .engine.workspace import MAX_EVENT_TOKENS, MODES, Workspace
 from .store import Store, StoreError
 
@@ -38,6 +39,7 @@ StoreOpt = Annotated[Optional[str], typer.Option("--store", "-s", help="Store na
 ModelOpt = Annotated[Optional[str], typer.Option("--model", "-m", help="A GGUF chat model to use instead of the bundled SmolLM2-135M-Instruct (or set $EPI_MODEL).")]
 ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", "-t", min=1, help="CPU threads for llama.cpp (default: physical cores).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout and nothing else.")]
+EpmanOpt = Annotated[bool, typer.Option("--epman", help="kv mode: weight each retrieved block by its relevance (EpMAN; V rows scaled into [0.9, 1.0]).")]
 
 
 def handle_errors(fn: Callable) -> Callable:
@@ -117,6 +119,7 @@ def ask(
     k: Annotated[int, typer.Option("-k", min=1, max=50, help="Events found by similarity, before their neighbours are added.")] = 3,
     mode: Annotated[Optional[str], typer.Option(help="`kv` loads the retrieved events' stored KV blocks (the default when the store has them); `text` re-reads their text.", show_default=False)] = None,
     neighbours: Annotated[int, typer.Option(min=0, max=3, help="Adjacent events added around each hit (temporal contiguity).")] = 1,
+    epman: EpmanOpt = False,
     store: StoreOpt = None,
     model: ModelOpt = None,
     threads: ThreadsOpt = None,
@@ -134,7 +137,7 @@ def ask(
             ws.check_store(st)
             ws.embedder  # noqa: B018 - load before timing starts
             ws.answerer(mode or ws.default_mode())
-        result, stream = ws.ask(st, question, k=k, mode=mode, neighbours=neighbours)
+        result, stream = ws.ask(st, question, k=k, mode=mode, neighbours=neighbours, epman=epman)
         if as_json:
             for _ in stream:
                 pass
@@ -150,6 +153,7 @@ def ask(
 @handle_errors
 def chat(
     k: Annotated[int, typer.Option("-k", min=1, max=50, help="Events found by similarity per question.")] = 3,
+    epman: EpmanOpt = False,
     store: StoreOpt = None,
     model: ModelOpt = None,
     threads: ThreadsOpt = None,
@@ -163,7 +167,7 @@ def chat(
             ws.check_store(st)
             ws.embedder  # noqa: B018
             ws.answerer(ws.default_mode())
-        run_repl(ws, st, k)
+        run_repl(ws, st, k, epman)
     ws.close()
 
 

@@ -17,7 +17,7 @@ HELP = """commands:
 HISTORY_TURNS = 2  # earlier question/answer pairs kept in the prompt; a 135M model loses track beyond that
 
 
-def run_repl(ws: Workspace, store: Store, k: int) -> None:
+def run_repl(ws: Workspace, store: Store, k: int, epman: bool = False) -> None:
     try:
         import readline  # noqa: F401 - line editing and history for input()
     except ImportError:  # pragma: no cover - Windows
@@ -60,7 +60,7 @@ def run_repl(ws: Workspace, store: Store, k: int) -> None:
         # A follow-up ("and who was his brother?") retrieves with the previous question for its missing context.
         query = f"{last_question} {line}" if last_question else line
         try:
-            result, stream = ws.ask(store, query, k=k, history=history[-2 * HISTORY_TURNS:])
+            result, stream = ws.ask(store, query, k=k, history=history[-2 * HISTORY_TURNS:], epman=epman)
             # The model sees the user's own words as the question; retrieval used the combined query.
             answer_text = ""
             try:

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from conftest import TEXT_QUESTION
 from episodic_cli.app import app
-from episodic_cli.engine import kv_mode
+from episodic_cli.engine import kv_capture
 from episodic_cli.engine.kv_memory import decode_block
 from episodic_cli.store import Store
 from episodic_cli.store.kv_blocks import KVBlockReader
@@ -26,7 +26,7 @@ def ask_json(store_dir, *extra: str):
 def test_ingest_captures_one_block_per_event(shared_store):
     with Store.open_existing(shared_store.store_dir) as st:
         events = [e for d in st.documents() for e in st.events_of(d.id)]
-        reader = KVBlockReader(st.path / kv_mode.BLOCK_FILE)
+        reader = KVBlockReader(st.path / kv_capture.BLOCK_FILE)
         try:
             for ev in events:
                 assert ev.kv_offset is not None and ev.kv_length is not None
@@ -63,7 +63,7 @@ def test_damaged_blocks_fall_back_to_text_with_a_warning(shared_store, tmp_path,
     shutil.copytree(shared_store.store_dir, store_dir)
     with Store.open_existing(store_dir) as st:
         offsets = [(e.kv_offset, e.kv_length) for d in st.documents() for e in st.events_of(d.id)]
-    with open(store_dir / kv_mode.BLOCK_FILE, "r+b") as f:
+    with open(store_dir / kv_capture.BLOCK_FILE, "r+b") as f:
         for offset, length in offsets:  # flip one payload bit in every block
             f.seek(offset + length // 2)
             byte = f.read(1)[0]

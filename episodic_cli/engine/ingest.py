@@ -17,7 +17,7 @@ from ..store import DocumentRecord, EventRecord, Store, StoreError
 from .embedder import Embedder
 from .errors import EpiError
 from .llama_backend import LlamaModel, LlamaSession
-from .kv_mode import BlockCapture
+from .kv_capture import BlockCapture
 from .segment import SegmentParams, StreamingSegmenter, clean_cut_mask
 from .sources import Skipped, SourceDocument, file_sha256, load_document
 

@@ -1,12 +1,9 @@
-"""kv mode: events' KV blocks captured during the ingest pass, and answers assembled from them instead of re-reading text.
+"""kv mode: answers assembled from the events' stored KV blocks instead of re-reading their text.
 
-Capture (`BlockCapture`): while the ingest window still holds an event, its cells are read out (kv_memory.capture_block),
-encoded (f16 / q8_0 / q4_0) and appended to the store's `kv/blocks.ekv`; SQLite records where each block lives.
-
-Answer (`KVModeAnswerer`): the prompt is rendered with the model's chat template around placeholders; the text between
-placeholders (instructions, citation headers, the question) is decoded as usual, and at each placeholder the event's
-block is loaded at the next position (K is re-rotated by llama.cpp's K-shift). Only the few hundred tokens of
-scaffolding are prefilled; a missing or damaged block falls back to decoding that event's text, with a warning.
+The prompt is rendered with the model's chat template around placeholders; the text between placeholders
+(instructions, the question) is decoded as usual, and at each placeholder the event's block is loaded at the next
+position (K is re-rotated by llama.cpp's K-shift). Only the scaffolding is prefilled; a missing or damaged block
+falls back to decoding that event's text, with a warning. Blocks are written at ingest by `kv_capture`.
 """
 from __future__ import annotations
 
@@ -14,50 +11,15 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import llama_cpp as L
-
 from ..store import StoreError
-from ..store.kv_blocks import BlockCorruptError, KVBlockReader, KVBlockWriter, KVFileHeader
+from ..store.kv_blocks import BlockCorruptError, KVBlockReader, KVFileHeader
 from .answer import ANSWER_TOKENS, Answer, stream_into
-from .kv_memory import KIND_BLOCK_TYPE, KINDS, KVFormatError, capture_block, decode_block, encode_block, load_block, \
-    parse_state_blob
+from .kv_capture import BLOCK_FILE
+from .kv_memory import KVFormatError, decode_block, load_block
 from .llama_backend import LlamaModel, LlamaSession
 from .retrieve import RetrievedEvent
 
-BLOCK_FILE = "kv/blocks.ekv"
-DEFAULT_KIND = "q8_0"
 _MARK = "\x1fEPI-BLOCK-{}\x1f"  # a control character no document text keeps (sources normalise them away)
-
-
-def file_header(model: LlamaModel, model_sha256: str) -> KVFileHeader:
-    """What a block is only valid for: the contexts of ingest and answer must match exactly (anchors.md B.3)."""
-    head_dim = model.info.n_embd // max(L.llama_model_n_head(model.ptr), 1)
-    return KVFileHeader(model_sha256=model_sha256, llama_cpp_version=L.__version__, type_k="f16", type_v="f16",
-                        flash_attn=False, n_layer=model.info.n_layer, n_head_kv=model.info.n_head_kv,
-                        head_dim=head_dim)
-
-
-class BlockCapture:
-    """Appends each event's encoded KV block to the store's block file during the ingest pass."""
-
-    def __init__(self, store_dir: Path, header: KVFileHeader, kind: str = DEFAULT_KIND):
-        if kind not in KINDS:
-            raise ValueError(f"unknown KV block type {kind!r}; use one of {', '.join(KINDS)}")
-        self.kind = kind
-        self.writer = KVBlockWriter(store_dir / BLOCK_FILE, header)
-
-    def capture(self, session: LlamaSession, start: int, end: int, ordinal: int) -> tuple[int, int]:
-        """Block of document tokens [start, end) from sequence 0; returns its (offset, length) in the block file."""
-        blob = capture_block(session, 0, session.cache_pos(start), session.cache_pos(end - 1) + 1)
-        payload = encode_block(parse_state_blob(blob), self.kind)
-        return self.writer.append(ordinal, KIND_BLOCK_TYPE[self.kind], end - start, payload)
-
-    def sync(self) -> None:
-        """Blocks must be durable before SQLite records their offsets."""
-        self.writer.sync()
-
-    def close(self) -> None:
-        self.writer.close()
 
 
 class KVModeAnswerer:
@@ -76,8 +38,10 @@ class KVModeAnswerer:
         return self.model.apply_chat_template(messages).split("\x1f")
 
     def stream(self, messages: list[dict[str, str]], retrieved: list[RetrievedEvent], started: float, answer: Answer,
-               max_tokens: int = ANSWER_TOKENS, should_stop: Callable[[], bool] | None = None) -> Iterator[str]:
-        """`messages` must hold `placeholder(i)` where event i's text would go (see answer.build_messages)."""
+               max_tokens: int = ANSWER_TOKENS, should_stop: Callable[[], bool] | None = None,
+               weights: list[float] | None = None) -> Iterator[str]:
+        """`messages` must hold `placeholder(i)` where event i's text would go (see answer.build_messages).
+        `weights[i]` scales event i's V rows (EpMAN weighting; None: all 1.0)."""
         t0 = time.perf_counter()
         self.session.clear()
         pos = 0
@@ -85,7 +49,7 @@ class KVModeAnswerer:
         for part in self._segments(messages):
             if part.startswith("EPI-BLOCK-"):
                 r = retrieved[int(part.removeprefix("EPI-BLOCK-"))]
-                loaded = self._load(r, pos)
+                loaded = self._load(r, pos, 1.0 if weights is None else weights[int(part.removeprefix("EPI-BLOCK-"))])
                 if loaded is not None:
                     n_prompt += loaded - pos
                     pos = loaded
@@ -102,7 +66,7 @@ class KVModeAnswerer:
         answer.timings.prefill_s = time.perf_counter() - t0
         yield from stream_into(answer, self.session, pos, started, max_tokens, should_stop)
 
-    def _load(self, r: RetrievedEvent, pos: int) -> int | None:
+    def _load(self, r: RetrievedEvent, pos: int, v_scale: float = 1.0) -> int | None:
         ev = r.event
         if ev.kv_offset is None:
             self.warn(f"event {ev.id} has no stored KV block; reading its text instead")
@@ -111,7 +75,7 @@ class KVModeAnswerer:
             block = self.reader.read(ev.kv_offset, event_id=ev.ordinal, length=ev.kv_length)
             if pos + block.n_tokens + ANSWER_TOKENS > self.session.n_ctx:
                 raise StoreError("the retrieved events do not fit the answer context; lower -k")
-            return load_block(self.session, decode_block(block.payload), 0, pos)
+            return load_block(self.session, decode_block(block.payload, v_scale=v_scale), 0, pos)
         except (BlockCorruptError, KVFormatError) as exc:
             self.warn(f"event {ev.id}: stored KV block unusable ({exc}); reading its text instead")
             return None
@@ -128,3 +92,29 @@ def placeholder(i: int) -> str:
 def has_blocks(events) -> bool:
     return any(e.kv_offset is not None for e in events)
 
+
+
+EPMAN_FLOOR = 0.9  # EpMAN's weights are relative; keeping them in [0.9, 1.0] nudges attention without silencing a block
+
+
+def episodic_weights(retrieved: list[RetrievedEvent]) -> list[float]:
+    """EpMAN-style episodic weight per retrieved event (seed 000, eq. 1), mapped to [EPMAN_FLOOR, 1.0]: the best hit
+    gets 1.0, the weakest hit the floor, linearly in the fused retrieval score; a neighbour gets the weight of the
+    nearest hit of its document (it was retrieved for that hit)."""
+    hits = [r for r in retrieved if r.score is not None]
+    if not hits:
+        return [1.0] * len(retrieved)
+    lo, hi = min(r.score for r in hits), max(r.score for r in hits)
+
+    def of_hit(r: RetrievedEvent) -> float:
+        return 1.0 if hi == lo else EPMAN_FLOOR + (1.0 - EPMAN_FLOOR) * (r.score - lo) / (hi - lo)
+
+    weights = []
+    for r in retrieved:
+        if r.score is not None:
+            weights.append(of_hit(r))
+            continue
+        same_doc = [h for h in hits if h.document.id == r.document.id] or hits
+        nearest = min(same_doc, key=lambda h: (abs(h.event.ordinal - r.event.ordinal), -h.score))
+        weights.append(of_hit(nearest))
+    return weights

@@ -16,7 +16,8 @@ from .answer import ANSWER_TOKENS, Answer, TextModeAnswerer, block_evidence, bui
 from .embedder import EMBED_DIM, EMBEDDER_NAME, Embedder
 from .errors import EpiError
 from .ingest import Ingestor
-from .kv_mode import BLOCK_FILE, DEFAULT_KIND, BlockCapture, KVModeAnswerer, file_header, has_blocks, placeholder
+from .kv_capture import BLOCK_FILE, DEFAULT_KIND, BlockCapture, file_header
+from .kv_mode import KVModeAnswerer, episodic_weights, has_blocks, placeholder
 from .llama_backend import LlamaModel, llama_cpp_version
 from .models import PreparedModel, prepare_model
 from .paths import store_path
@@ -146,8 +147,10 @@ class Workspace:
         history: list[dict[str, str]] | None = None,
         neighbours: int = 1,
         should_stop: Callable[[], bool] | None = None,
+        epman: bool = False,
     ) -> tuple[AskResult, Iterator[str]]:
-        """Retrieve now; return the result (filled in as the stream is consumed) and the answer stream."""
+        """Retrieve now; return the result (filled in as the stream is consumed) and the answer stream.
+        `epman` scales each block's V rows by its episodic weight in [0.9, 1.0] (kv mode only)."""
         if mode is not None and mode not in MODES:
             raise EpiError(f"unknown mode {mode!r}: use text or kv")
         if not question.strip():
@@ -158,13 +161,16 @@ class Workspace:
         if mode == "kv" and retrieved and not stored:
             raise EpiError(NO_BLOCKS)
         mode = mode or ("kv" if stored else "text")  # kv whenever the store has blocks
+        if epman and mode != "kv":
+            raise EpiError("--epman weights KV blocks, so it needs kv mode (a store ingested with KV blocks)")
         answer = Answer()
         answer.timings.retrieve_s = time.perf_counter() - started
         result = AskResult(question, mode, retrieved, answer)
         answerer = self.answerer(mode)
         if mode == "kv":
             messages = build_messages(question, retrieved, history, block_evidence(retrieved, placeholder))
-            stream = answerer.stream(messages, retrieved, started, answer, should_stop=should_stop)
+            weights = episodic_weights(retrieved) if epman else None
+            stream = answerer.stream(messages, retrieved, started, answer, should_stop=should_stop, weights=weights)
         else:
             messages = build_messages(question, retrieved, history)
             stream = answerer.stream(messages, started, answer, should_stop=should_stop)
