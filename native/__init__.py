@@ -5,6 +5,7 @@ import numpy as np
 
 from typing import Literal
 
+from ._kernels import assemble_state_blob as _assemble_state_blob
 from ._kernels import dequantize as _dequantize
 from ._kernels import quantize as _quantize
 from ._kernels import scale_rows as _scale_rows
@@ -76,4 +77,23 @@ def scale_rows(x: np.ndarray, factors: np.ndarray) -> np.ndarray:
         raise ValueError(f"scale_rows: need x [rows, cols] and factors [rows], got {x.shape} and {factors.shape}")
     out = np.empty_like(x)
     _scale_rows(x, factors, out, x.shape[0], x.shape[1])
+    return out
+
+
+def state_blob_size(n_layer: int, n_cells: int, n_embd_k: int, n_embd_v: int) -> int:
+    """Bytes of llama.cpp's sequence state blob for these shapes (V transposed or not: the same)."""
+    return 16 + 12 * n_cells + 8 + n_layer * (24 + 2 * n_cells * (n_embd_k + n_embd_v))
+
+
+def assemble_state_blob(kind: QuantKind, positions: np.ndarray, k_rows: np.ndarray, v_rows: np.ndarray, n_layer: int,
+                        n_cells: int, n_embd_k: int, n_embd_v: int, v_trans: bool, src_seq: int, cell_seq: int,
+                        v_scale: float = 1.0) -> np.ndarray:
+    """llama.cpp's state blob (uint8) from an epi payload's sections, read in place: `positions` (n_cells <i4 bytes),
+    `k_rows` / `v_rows` ([n_layer, n_cells] rows of `kind`, contiguous uint8). V is scaled when v_scale != 1.0.
+    The numpy reference is kv_memory.build_state_blob(kv_memory.decode_block(payload, v_scale=v_scale))."""
+    _block_shape(kind, n_embd_k)
+    _block_shape(kind, n_embd_v)
+    out = np.empty(state_blob_size(n_layer, n_cells, n_embd_k, n_embd_v), dtype=np.uint8)
+    _assemble_state_blob(kind, positions, k_rows, v_rows, n_layer, n_cells, n_embd_k, n_embd_v, v_trans, src_seq,
+                         cell_seq, float(v_scale), out)
     return out

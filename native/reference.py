@@ -89,3 +89,8 @@ def dequantize_q4_0(data: np.ndarray, n_values: int) -> np.ndarray:
 
 def scale_rows(x: np.ndarray, factors: np.ndarray) -> np.ndarray:
     return (np.asarray(x, dtype=np.float32) * np.asarray(factors, dtype=np.float32)[:, None]).astype(np.float32)
+
+
+# ---------------------------------------------------------------------------------- state blob assembly
+# assemble_state_blob has no twin here: its reference is episodic_cli.engine.kv_memory's own numpy path,
+# build_state_blob(decode_block(payload, v_scale=s)), which tests/test_native_assemble.py compares byte for byte.

@@ -77,6 +77,13 @@ class ParsedBlock:
     def p0(self) -> int:
         return int(self.positions.min()) if self.n_cells else 0
 
+    def cells_in(self, p0: int, p1: int) -> "ParsedBlock":
+        """The cells at positions [p0, p1), in cell order: what `capture_block(p0, p1)` would read from the same
+        cache, without reading it again."""
+        keep = (self.positions >= p0) & (self.positions < p1)
+        return ParsedBlock(positions=self.positions[keep], k=self.k[:, keep], v=self.v[:, keep], v_trans=self.v_trans,
+                           src_seq=self.src_seq, cell_seq=self.cell_seq)
+
 
 # ------------------------------------------------------------------------------------------------ blob codec
 
@@ -257,10 +264,32 @@ def encode_block(p: ParsedBlock, kind: str) -> bytes:
     return out.tobytes()
 
 
-def decode_block(payload: bytes | bytearray | memoryview | np.ndarray, kind: str | None = None,
-                 v_scale: float = 1.0) -> ParsedBlock:
-    """Inverse of `encode_block` (exact for f16, the kernels' rounding for q8_0/q4_0). `kind`, when given, must match
-    the payload's. `v_scale` multiplies every V row (EpMAN-style weighting of the block's contribution)."""
+@dataclass(frozen=True)
+class _PayloadLayout:
+    """A validated payload header and where its sections lie (byte offsets into the payload)."""
+
+    kind: str
+    n_cells: int
+    n_layer: int
+    n_embd_k: int
+    n_embd_v: int
+    v_trans: bool
+    src_seq: int
+    cell_seq: int
+    k_row_bytes: int
+    v_row_bytes: int
+    k_off: int
+    v_off: int
+    pos_off: int = _PAYLOAD_HEAD.size
+
+    def sections(self, buf: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Views of the positions bytes, K rows and V rows (flat uint8, no copy)."""
+        return buf[self.pos_off : self.k_off], buf[self.k_off : self.v_off], buf[self.v_off :]
+
+
+def _payload_layout(payload: bytes | bytearray | memoryview | np.ndarray,
+                    kind: str | None) -> tuple[np.ndarray, _PayloadLayout]:
+    """The payload as a flat uint8 view and its checked header; `kind`, when given, must match the stored one."""
     buf = np.frombuffer(payload, dtype=np.uint8) if not isinstance(payload, np.ndarray) else payload.view(np.uint8)
     if buf.nbytes < _PAYLOAD_HEAD.size:
         raise KVFormatError(f"KV payload is {buf.nbytes} bytes, shorter than its header")
@@ -276,15 +305,25 @@ def decode_block(payload: bytes | bytearray | memoryview | np.ndarray, kind: str
     if kind is not None and _check_kind(kind) != stored:
         raise KVFormatError(f"KV payload holds {stored} rows, the caller expected {kind}")
     kb, vb = _row_bytes(stored, n_embd_k), _row_bytes(stored, n_embd_v)
-    pos_off = _PAYLOAD_HEAD.size
-    k_off = pos_off + 4 * n_cells
+    k_off = _PAYLOAD_HEAD.size + 4 * n_cells
     v_off = k_off + n_layer * n_cells * kb
     end = v_off + n_layer * n_cells * vb
     if end != buf.nbytes:
         raise KVFormatError(f"KV payload is {buf.nbytes} bytes, its header describes {end}")
-    positions = buf[pos_off:k_off].view("<i4")
-    k_raw = buf[k_off:v_off].reshape(n_layer, n_cells, kb)
-    v_raw = buf[v_off:end].reshape(n_layer, n_cells, vb)
+    return buf, _PayloadLayout(stored, n_cells, n_layer, n_embd_k, n_embd_v, bool(flags & 1), src_seq, cell_seq,
+                               kb, vb, k_off, v_off)
+
+
+def decode_block(payload: bytes | bytearray | memoryview | np.ndarray, kind: str | None = None,
+                 v_scale: float = 1.0) -> ParsedBlock:
+    """Inverse of `encode_block` (exact for f16, the kernels' rounding for q8_0/q4_0). `kind`, when given, must match
+    the payload's. `v_scale` multiplies every V row (EpMAN-style weighting of the block's contribution)."""
+    buf, lay = _payload_layout(payload, kind)
+    stored, n_layer, n_cells, n_embd_k, n_embd_v = lay.kind, lay.n_layer, lay.n_cells, lay.n_embd_k, lay.n_embd_v
+    pos_raw, k_flat, v_flat = lay.sections(buf)
+    positions = pos_raw.view("<i4")
+    k_raw = k_flat.reshape(n_layer, n_cells, lay.k_row_bytes)
+    v_raw = v_flat.reshape(n_layer, n_cells, lay.v_row_bytes)
     if stored == "f16":
         k = k_raw.view("<f2")
         v32 = None if v_scale == 1.0 else v_raw.view("<f2").astype(np.float32)
@@ -298,7 +337,20 @@ def decode_block(payload: bytes | bytearray | memoryview | np.ndarray, kind: str
             rows = v32.reshape(-1, n_embd_v)
             v32 = native.scale_rows(rows, np.full(rows.shape[0], v_scale, dtype=np.float32)).reshape(v32.shape)
         v = v32.astype(np.float16)
-    return ParsedBlock(positions=positions, k=k, v=v, v_trans=bool(flags & 1), src_seq=src_seq, cell_seq=cell_seq)
+    return ParsedBlock(positions=positions, k=k, v=v, v_trans=lay.v_trans, src_seq=lay.src_seq,
+                       cell_seq=lay.cell_seq)
+
+
+def state_blob_from_payload(payload: bytes | bytearray | memoryview | np.ndarray, v_scale: float = 1.0, *,
+                            kind: str | None = None) -> np.ndarray:
+    """The state blob `load_block` takes, built by the native kernel straight from the payload's bytes (no
+    intermediate arrays): byte-identical to `build_state_blob(decode_block(payload, kind, v_scale))`, its reference."""
+    buf, lay = _payload_layout(payload, kind)
+    if lay.n_cells == 0:
+        raise KVFormatError("a block needs at least one cell")
+    positions, k_rows, v_rows = lay.sections(buf)
+    return native.assemble_state_blob(lay.kind, positions, k_rows, v_rows, lay.n_layer, lay.n_cells, lay.n_embd_k,
+                                      lay.n_embd_v, lay.v_trans, lay.src_seq, lay.cell_seq, v_scale)
 
 
 # ------------------------------------------------------------------------------------------------ the live cache

@@ -4,6 +4,7 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include "assemble.h"
 #include "quant.h"
 #include "scale.h"
 #include "surprise.h"
@@ -143,11 +144,81 @@ static PyObject *py_scale_rows(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(assemble_state_blob_doc,
+"assemble_state_blob(kind, positions, k_rows, v_rows, n_layer, n_cells, n_embd_k, n_embd_v, v_trans, src_seq,\n"
+"                    cell_seq, v_scale, out)\n\n"
+"Write llama.cpp's sequence state blob for an epi payload's sections into buffer out (exactly the blob's size):\n"
+"positions (n_cells little-endian i32), k_rows / v_rows ([n_layer, n_cells] rows of `kind`: f16, q8_0, q4_0).\n"
+"K and V become f16, V is multiplied by v_scale when v_scale != 1.0 and transposed when v_trans. Releases the GIL.");
+
+/* a * b for non-negative sizes, -1 on overflow */
+static Py_ssize_t size_mul(Py_ssize_t a, Py_ssize_t b)
+{
+    if (a < 0 || b < 0 || (b && a > PY_SSIZE_T_MAX / b)) return -1;
+    return a * b;
+}
+
+static PyObject *py_assemble_state_blob(PyObject *self, PyObject *args)
+{
+    const char *kind_name;
+    PyObject *pos_obj, *k_obj, *v_obj, *out_obj;
+    Py_ssize_t n_layer, n_cells, n_embd_k, n_embd_v;
+    int v_trans, src_seq, cell_seq;
+    double v_scale;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "sOOOnnnnpiidO", &kind_name, &pos_obj, &k_obj, &v_obj, &n_layer, &n_cells, &n_embd_k,
+                          &n_embd_v, &v_trans, &src_seq, &cell_seq, &v_scale, &out_obj)) return NULL;
+    epi_row_kind kind;
+    if (strcmp(kind_name, "f16") == 0) kind = EPI_ROWS_F16;
+    else if (strcmp(kind_name, "q8_0") == 0) kind = EPI_ROWS_Q8_0;
+    else if (strcmp(kind_name, "q4_0") == 0) kind = EPI_ROWS_Q4_0;
+    else { PyErr_Format(PyExc_ValueError, "unknown quantization kind '%s' (f16, q8_0, q4_0)", kind_name); return NULL; }
+    /* Dimensions come from a u32 header; the bound keeps the sums and doublings below from overflowing. */
+    const int64_t limit = PY_SSIZE_T_MAX / 8 < (INT64_C(1) << 31) ? PY_SSIZE_T_MAX / 8 : (INT64_C(1) << 31);
+    if (n_layer < 0 || n_cells < 0 || n_embd_k < 0 || n_embd_v < 0 || n_layer >= limit || n_cells >= limit ||
+        n_embd_k >= limit || n_embd_v >= limit) {
+        PyErr_SetString(PyExc_ValueError, "assemble_state_blob: negative or oversized shape");
+        return NULL;
+    }
+    const int64_t kb = epi_payload_row_bytes(kind, n_embd_k), vb = epi_payload_row_bytes(kind, n_embd_v);
+    if (kb < 0 || vb < 0) {
+        PyErr_Format(PyExc_ValueError, "%s: row widths %zd and %zd must be multiples of %d", kind_name, n_embd_k,
+                     n_embd_v, EPI_QK);
+        return NULL;
+    }
+    const Py_ssize_t layer_cells = size_mul(n_layer, n_cells);
+    const Py_ssize_t k_len = size_mul(layer_cells, (Py_ssize_t)kb), v_len = size_mul(layer_cells, (Py_ssize_t)vb);
+    const Py_ssize_t rows_len = size_mul(layer_cells, 2 * (n_embd_k + n_embd_v));
+    const int64_t out_len = rows_len < 0 ? -1 : epi_state_blob_size(n_layer, n_cells, n_embd_k, n_embd_v);
+    if (layer_cells < 0 || k_len < 0 || v_len < 0 || out_len < 0 || out_len > PY_SSIZE_T_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "assemble_state_blob: block too large");
+        return NULL;
+    }
+    Py_buffer pos, k, v, out;
+    if (get_buffer(pos_obj, &pos, 0, 4, n_cells, "positions") < 0) return NULL;
+    if (get_buffer(k_obj, &k, 0, 1, k_len, "k_rows") < 0) { PyBuffer_Release(&pos); return NULL; }
+    if (get_buffer(v_obj, &v, 0, 1, v_len, "v_rows") < 0) { PyBuffer_Release(&pos); PyBuffer_Release(&k); return NULL; }
+    if (get_buffer(out_obj, &out, 1, 1, (Py_ssize_t)out_len, "out") < 0) {
+        PyBuffer_Release(&pos); PyBuffer_Release(&k); PyBuffer_Release(&v);
+        return NULL;
+    }
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = epi_assemble_state_blob(kind, (const uint8_t *)pos.buf, (const uint8_t *)k.buf, (const uint8_t *)v.buf,
+                                 n_layer, n_cells, n_embd_k, n_embd_v, v_trans, (int32_t)src_seq, (int32_t)cell_seq,
+                                 v_scale, (uint8_t *)out.buf);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&pos); PyBuffer_Release(&k); PyBuffer_Release(&v); PyBuffer_Release(&out);
+    if (rc != 0) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"surprise", py_surprise, METH_VARARGS, surprise_doc},
     {"quantize", py_quantize, METH_VARARGS, quantize_doc},
     {"dequantize", py_dequantize, METH_VARARGS, dequantize_doc},
     {"scale_rows", py_scale_rows, METH_VARARGS, scale_rows_doc},
+    {"assemble_state_blob", py_assemble_state_blob, METH_VARARGS, assemble_state_blob_doc},
     {NULL, NULL, 0, NULL},
 };
 
