@@ -87,3 +87,6 @@ class EventRecord:
     document_id: int | None = None
     kv_offset: int | None = None     # the event's KV block in kv/blocks.ekv (kv mode); None when not captured
     kv_length: int | None = None
+    # float16 [n_layer, n_keys, n_embd_k]: the event's representative attention keys (EM-LLM 3.4), unrotated;
+    # stored with its KV block, None without one.
+    rep_keys: np.ndarray | None = None

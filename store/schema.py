@@ -70,6 +70,12 @@ def m002_event_kv_blocks(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE events ADD COLUMN kv_length INTEGER")
 
 
+@migration
+def m003_event_rep_keys(conn: sqlite3.Connection) -> None:
+    # Each event's representative keys (rep_keys.py layout); NULL for events stored without a KV block.
+    conn.execute("ALTER TABLE events ADD COLUMN rep_keys BLOB")
+
+
 def _applied(conn: sqlite3.Connection) -> set[str]:
     exists = conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='_migrations'").fetchone()
     if not exists:

@@ -9,15 +9,17 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
 from ..store import DocumentRecord, EventRecord, Store, StoreError
 from .embedder import Embedder
 from .errors import EpiError
+from .event_keys import representative_keys, rope_params, similarity_keys
+from .kv_capture import BlockCapture, read_window
+from .kv_memory import ParsedBlock
 from .llama_backend import LlamaModel, LlamaSession
-from .kv_capture import BlockCapture
 from .segment import SegmentParams, StreamingSegmenter, clean_cut_mask
 from .sources import Skipped, SourceDocument, file_sha256, load_document
 
@@ -78,6 +80,12 @@ def token_char_offsets(doc_text: str, token_pieces: list[bytes]) -> np.ndarray:
     return np.round(byte_offsets / max(byte_offsets[-1], 1) * len(doc_text)).astype(np.int64)
 
 
+class StoredBlock(NamedTuple):
+    offset: int             # where the event's KV block lies in the block file
+    length: int
+    rep_keys: np.ndarray    # the event's representative keys (event_keys.representative_keys)
+
+
 class Ingestor:
     def __init__(self, store: Store, model: LlamaModel, embedder: Embedder, params: SegmentParams,
                  n_threads: int | None = None, capture: BlockCapture | None = None):
@@ -86,6 +94,7 @@ class Ingestor:
         self.embedder = embedder
         self.params = params
         self.capture = capture  # None: text mode only, no KV blocks are stored
+        self.rope = rope_params(model)
         # n_seq_max 2: sequence 1 stages each event's cells while its KV block is read out.
         self.session = LlamaSession(model, n_ctx=params.window, n_threads=n_threads, n_seq_max=2)
 
@@ -137,19 +146,25 @@ class Ingestor:
     def _segment_and_capture(self, doc: SourceDocument, tokens: np.ndarray, progress: IngestProgress
                              ) -> list[EventRecord]:
         """The llama.cpp pass; events are cut as soon as their surprise is known, while their KV is still in the
-        window, and their blocks captured then."""
+        window, and their blocks captured then. Refining an event reads the window's keys of [start, start +
+        max_tokens) once; the event's own block is then cut from that read instead of reading the cache again."""
         table = self.model.pieces()
         token_pieces = [table[t] for t in tokens]
         clean = clean_cut_mask(token_pieces)
         spans: list[tuple[int, int]] = []
-        blocks: list[tuple[int, int] | None] = []
+        blocks: list[StoredBlock | None] = []
+        refine_reads: dict[int, ParsedBlock] = {}  # event start -> the window read that refined its end
         segmenter: StreamingSegmenter | None = None
+
+        def keys_of(a: int, b: int) -> np.ndarray:
+            refine_reads[a] = read_window(self.session, a, b)
+            return similarity_keys(refine_reads[a], self.rope)
 
         def on_decoded(surprise: np.ndarray, known: int) -> int:
             nonlocal segmenter
-            segmenter = segmenter or StreamingSegmenter(surprise, clean, self.params)
+            segmenter = segmenter or StreamingSegmenter(surprise, clean, self.params, keys_of)
             for a, b in segmenter.advance(known):
-                blocks.append(self.capture.capture(self.session, a, b, len(spans)) if self.capture else None)
+                blocks.append(self._store_block(refine_reads.pop(a, None), a, b, len(spans)))
                 spans.append((a, b))
             return segmenter.start
 
@@ -164,9 +179,22 @@ class Ingestor:
                 ordinal=ordinal, token_start=a, token_end=b, char_start=c0, char_end=c1,
                 page_start=page_start, page_end=page_end, line_start=line_start, line_end=line_end,
                 surprise_mean=float(s.mean()), surprise_max=float(s.max()), text=doc.text[c0:c1],
-                kv_offset=block[0] if block else None, kv_length=block[1] if block else None,
+                kv_offset=block.offset if block else None, kv_length=block.length if block else None,
+                rep_keys=block.rep_keys if block else None,
             ))
         return events
+
+    def _store_block(self, refine_read: ParsedBlock | None, a: int, b: int, ordinal: int) -> StoredBlock | None:
+        """Append event [a, b)'s KV block; its location and representative keys (None in text mode: they exist to
+        pick blocks, and would outweigh a text-only store's events many times over)."""
+        if self.capture is None:
+            return None
+        pos = self.session.cache_pos
+        if refine_read is not None:
+            block = refine_read.cells_in(pos(a), pos(b - 1) + 1)
+        else:
+            block = read_window(self.session, a, b)
+        return StoredBlock(*self.capture.append(block, ordinal), representative_keys(block, self.rope))
 
     def close(self) -> None:
         self.session.close()

@@ -1,5 +1,6 @@
 """Capture: while the ingest window still holds an event, its cells are read out (kv_memory.capture_block), encoded
-(f16 / q8_0 / q4_0) and appended to the store's `kv/blocks.ekv`; SQLite records where each block lives.
+(f16 / q8_0 / q4_0) and appended to the store's current block file (Store.kv_block_path); SQLite records where each
+block lives.
 """
 from __future__ import annotations
 
@@ -8,10 +9,9 @@ from pathlib import Path
 import llama_cpp as L
 
 from ..store.kv_blocks import KVBlockWriter, KVFileHeader
-from .kv_memory import KIND_BLOCK_TYPE, KINDS, capture_block, encode_block, parse_state_blob
+from .kv_memory import KIND_BLOCK_TYPE, KINDS, ParsedBlock, capture_block, encode_block, parse_state_blob
 from .llama_backend import LlamaModel, LlamaSession
 
-BLOCK_FILE = "kv/blocks.ekv"
 DEFAULT_KIND = "q8_0"
 
 
@@ -23,20 +23,24 @@ def file_header(model: LlamaModel, model_sha256: str) -> KVFileHeader:
                         head_dim=head_dim)
 
 
+def read_window(session: LlamaSession, start: int, end: int) -> ParsedBlock:
+    """The cells of document tokens [start, end) in the ingest window (sequence 0 of `surprise_pass`)."""
+    return parse_state_blob(capture_block(session, 0, session.cache_pos(start), session.cache_pos(end - 1) + 1))
+
+
 class BlockCapture:
     """Appends each event's encoded KV block to the store's block file during the ingest pass."""
 
-    def __init__(self, store_dir: Path, header: KVFileHeader, kind: str = DEFAULT_KIND):
+    def __init__(self, block_file: Path, header: KVFileHeader, kind: str = DEFAULT_KIND):
         if kind not in KINDS:
             raise ValueError(f"unknown KV block type {kind!r}; use one of {', '.join(KINDS)}")
         self.kind = kind
-        self.writer = KVBlockWriter(store_dir / BLOCK_FILE, header)
+        self.writer = KVBlockWriter(block_file, header)
 
-    def capture(self, session: LlamaSession, start: int, end: int, ordinal: int) -> tuple[int, int]:
-        """Block of document tokens [start, end) from sequence 0; returns its (offset, length) in the block file."""
-        blob = capture_block(session, 0, session.cache_pos(start), session.cache_pos(end - 1) + 1)
-        payload = encode_block(parse_state_blob(blob), self.kind)
-        return self.writer.append(ordinal, KIND_BLOCK_TYPE[self.kind], end - start, payload)
+    def append(self, block: ParsedBlock, ordinal: int) -> tuple[int, int]:
+        """Encode one event's block (from `read_window`) and append it; returns its (offset, length) in the file."""
+        payload = encode_block(block, self.kind)
+        return self.writer.append(ordinal, KIND_BLOCK_TYPE[self.kind], block.n_cells, payload)
 
     def sync(self) -> None:
         """Blocks must be durable before SQLite records their offsets."""

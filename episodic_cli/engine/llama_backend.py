@@ -81,18 +81,19 @@ class LlamaModel:
         self.info = self._read_info()
         self._pieces: list[bytes] | None = None
 
-    def _meta(self, key: str) -> str | None:
+    def meta(self, key: str) -> str | None:
+        """A GGUF metadata value as text, or None when the model has no such key."""
         buf = ctypes.create_string_buffer(256)
         n = L.llama_model_meta_val_str(self.ptr, key.encode(), buf, len(buf))
         return buf.value.decode("utf-8", "replace") if n >= 0 else None
 
     def _read_info(self) -> ModelInfo:
         tmpl = L.llama_model_chat_template(self.ptr, None)
-        name = self._meta("general.name") or self.path.stem
+        name = self.meta("general.name") or self.path.stem
         return ModelInfo(
             path=self.path,
             name=name,
-            architecture=self._meta("general.architecture") or "unknown",
+            architecture=self.meta("general.architecture") or "unknown",
             n_layer=L.llama_model_n_layer(self.ptr),
             n_head_kv=L.llama_model_n_head_kv(self.ptr),
             n_embd=L.llama_model_n_embd(self.ptr),

@@ -1,18 +1,26 @@
-"""Surprise-based event segmentation (EM-LLM section 3.2) with size bounds and clean cut points.
+"""Surprise-based event segmentation (EM-LLM 3.2) with size bounds, clean cut points and boundary refinement (3.3).
 
 1. Candidate boundaries: token t starts a new event when its surprise exceeds mu + gamma * sigma of the `tau`
    preceding tokens (EM-LLM eq. 1).
 2. Cut points are snapped to the nearest sentence or line end, so citations and excerpts read cleanly.
 3. Event sizes are held within [min_tokens, max_tokens] (the seeds found 200-500-token units retrieve best).
-4. A `BoundaryRefiner` may then move boundaries (EM-LLM 3.3, modularity/conductance over attention keys); it needs
-   the KV blocks and arrives with kv mode, so the default refiner leaves boundaries unchanged.
+4. Refinement (Algorithm 1, line 8): the surprise cut beta may move back to the cut in [start + min_tokens, beta]
+   (clean cuts only, when there are any) that best splits the key-similarity graph of the tokens
+   [start, start + max_tokens) in two: highest modularity (eq. 3) or lowest conductance (eq. 4), in O(max_tokens x
+   key width) per event. The keys come in through a callable, so this module stays pure numpy; the ingest pass
+   reads them from the live KV cache.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Protocol
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
 
 import numpy as np
+
+REFINE_METHODS = ("modularity", "conductance", "none")
+
+# keys_of(a, b): one row per token a..b-1 whose dot products are the similarity graph A (EM-LLM eq. 2).
+KeysOf = Callable[[int, int], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -24,23 +32,25 @@ class SegmentParams:
     snap_radius: int = 48     # how far a boundary may move to reach a sentence or line end
     n_sink: int = 128         # attention-sink tokens kept in the ingest window (EM-LLM 3.1)
     window: int = 2048        # the ingest pass's local window
+    refine: str = "modularity"  # boundary refinement objective (EM-LLM 3.3): modularity, conductance or none
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_recorded(cls, recorded: dict) -> "SegmentParams":
+        """The parameters a store recorded. Stores written before refinement existed have no `refine`: their events
+        were cut without it, so they read as "none". Keys added by newer versions are ignored."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{"refine": "none", **{k: v for k, v in recorded.items() if k in names}})
 
     def validate(self) -> None:
         if not 16 <= self.min_tokens <= self.max_tokens:
             raise ValueError("need 16 <= min_tokens <= max_tokens")
         if self.tau < 2:
             raise ValueError("tau must be at least 2")
-
-
-class BoundaryRefiner(Protocol):
-    def __call__(self, boundaries: list[int], n_tokens: int) -> list[int]: ...
-
-
-def keep_boundaries(boundaries: list[int], n_tokens: int) -> list[int]:
-    return boundaries
+        if self.refine not in REFINE_METHODS:
+            raise ValueError(f"refine must be one of {', '.join(REFINE_METHODS)}")
 
 
 def surprise_candidates(surprise: np.ndarray, gamma: float, tau: int) -> np.ndarray:
@@ -77,6 +87,45 @@ def clean_cut_mask(pieces: list[bytes]) -> np.ndarray:
     return mask
 
 
+def split_scores(keys: np.ndarray, method: str) -> np.ndarray:
+    """score[c], c = 0..N, of splitting tokens [0, N) into [0, c) and [c, N) on the graph A = keys @ keys.T
+    (EM-LLM eq. 2, dot-product similarity): modularity (eq. 3, higher is better) or conductance (eq. 4 with
+    vol(S) = the weight inside S, lower is better; inf where a side has no positive volume).
+
+    A is never formed: with P_c the sum of the first c keys and T the sum of all, the weight inside [0, c) is
+    |P_c|^2, inside [c, N) |T - P_c|^2, between them P_c . (T - P_c), and the degrees of [0, c) sum to P_c . T. So
+    every cut costs O(d) after one prefix sum, O(N d) in all (Appendix C.1 budgets O(N^2) for this)."""
+    k = np.asarray(keys, dtype=np.float64)
+    prefix = np.concatenate([np.zeros((1, k.shape[1])), np.cumsum(k, axis=0)])
+    total_keys = prefix[-1]
+    rest = total_keys - prefix
+    inside = np.einsum("cd,cd->c", prefix, prefix)
+    inside_right = np.einsum("cd,cd->c", rest, rest)
+    cut = np.einsum("cd,cd->c", prefix, rest)
+    total = float(total_keys @ total_keys)
+    if method == "modularity":
+        if total <= 0.0:
+            return np.zeros(len(inside))
+        degree_left = inside + cut
+        expected = (degree_left**2 + (total - degree_left) ** 2) / total
+        return (inside + inside_right - expected) / (2.0 * total)  # eq. 3's 1/(4m), with 2m = total weight
+    if method == "conductance":
+        volume = np.minimum(inside, inside_right)
+        scores = np.full(len(inside), np.inf)
+        np.divide(cut, volume, out=scores, where=volume > 0.0)
+        return scores
+    raise ValueError(f"unknown refinement objective {method!r}")
+
+
+def refine_cut(keys: np.ndarray, cuts: np.ndarray, method: str) -> int:
+    """The cut among `cuts` (row offsets into `keys`, each in 1..N) whose split scores best. Ties go to the latest
+    cut, so a graph without structure keeps the surprise cut (the last candidate)."""
+    scores = split_scores(keys, method)[cuts]
+    if method == "conductance":
+        scores = -scores
+    return int(cuts[np.flatnonzero(scores == scores.max())[-1]])
+
+
 def _snap(pos: int, clean: np.ndarray, lo: int, hi: int, radius: int) -> int | None:
     """The clean cut nearest to `pos` within `radius`, restricted to [lo, hi]; None if there is none."""
     best = None
@@ -95,12 +144,14 @@ class StreamingSegmenter:
     it is still in the sliding window. The decision for an event depends only on tokens up to start + max_tokens and
     on the document length n (known up front), so cutting in a stream gives the same events as cutting at the end.
 
-    `surprise` is the document's surprise array, filled in by the caller up to the `known` index it passes."""
+    `surprise` is the document's surprise array, filled in by the caller up to the `known` index it passes.
+    `keys_of(start, start + max_tokens)` is asked once per refined event, when that event is decided."""
 
-    def __init__(self, surprise: np.ndarray, clean: np.ndarray, params: SegmentParams):
+    def __init__(self, surprise: np.ndarray, clean: np.ndarray, params: SegmentParams, keys_of: KeysOf | None = None):
         self.surprise = surprise
         self.clean = clean
         self.params = params
+        self.keys_of = keys_of if params.refine != "none" else None
         self.n = len(surprise)
         self.candidate = np.zeros(self.n + 1, dtype=bool)
         self._scored = 0        # candidates are final for t < _scored
@@ -129,10 +180,14 @@ class StreamingSegmenter:
         return events
 
     def _next_cut(self) -> int:
-        p, s, n, surprise = self.params, self.start, self.n, self.surprise
+        p, s, n = self.params, self.start, self.n
         lo, hi = s + p.min_tokens, min(s + p.max_tokens, n - p.min_tokens)
         if hi < lo:  # the remainder cannot hold two events of min size; split it evenly
-            hi = lo = s + (n - s) // 2
+            return s + (n - s) // 2
+        return self._refine(lo, self._surprise_cut(lo, hi))
+
+    def _surprise_cut(self, lo: int, hi: int) -> int:
+        p, surprise = self.params, self.surprise
         window = np.flatnonzero(self.candidate[lo : hi + 1]) + lo
         # The most surprising candidate in range wins (EM-LLM keeps the peaks); then snap it to a clean end.
         for c in window[np.argsort(-surprise[window], kind="stable")]:
@@ -143,21 +198,35 @@ class StreamingSegmenter:
         clean_in = np.flatnonzero(self.clean[lo : hi + 1])
         return int(clean_in[-1] + lo) if len(clean_in) else hi
 
+    def _refine(self, lo: int, beta: int) -> int:
+        """EM-LLM Algorithm 1, line 8, within epi's bounds. beta is a clean cut whenever [lo, hi] holds one, so the
+        clean candidates are never empty then. The graph spans the tokens an event may hold, [s, s + max_tokens),
+        all still in the ingest window, so the decision stays independent of how the surprise values arrived."""
+        if self.keys_of is None:
+            return beta
+        s = self.start
+        span = np.arange(lo, beta + 1)
+        clean = span[self.clean[lo : beta + 1]]
+        cuts = clean if len(clean) else span
+        if len(cuts) < 2:
+            return beta
+        keys = self.keys_of(s, s + self.params.max_tokens)
+        return s + refine_cut(keys, cuts - s, self.params.refine)
+
 
 def segment(
     surprise: np.ndarray,
     clean: np.ndarray,
     params: SegmentParams,
-    refine: BoundaryRefiner = keep_boundaries,
+    keys: np.ndarray | None = None,
 ) -> list[tuple[int, int]]:
-    """Split one document's tokens into events [(start, end), ...] covering 0..n without gaps.
+    """Split one document's tokens into events [(start, end), ...] covering 0..n without gaps; `keys` (one row per
+    token) turns on refinement as `params.refine` says.
 
     Every event has min_tokens <= size <= max_tokens, except a document shorter than min_tokens (one event) and a
     final remainder that cannot be merged without exceeding max_tokens."""
     n = len(surprise)
     if n == 0:
         return []
-    spans = StreamingSegmenter(surprise, clean, params).advance(n)
-    starts = refine([a for a, _ in spans], n)
-    bounds = starts + [n]
-    return [(bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)]
+    keys_of = None if keys is None else (lambda a, b: keys[a:b])
+    return StreamingSegmenter(surprise, clean, params, keys_of).advance(n)
