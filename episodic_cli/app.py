@@ -13,7 +13,7 @@ import typer
 from . import __version__, render
 from .engine.errors import EpiError
 from .engine.paths import store_path
-from .engine.segment import SegmentParams
+from .engine.segment import REFINE_METHODS, SegmentParams
 from .engine.sources import Skipped, discover
 from .engine.kv_capture import DEFAULT_KIND
 from .engine.kv_memory import KINDS as KV_KINDS
@@ -72,6 +72,7 @@ def ingest(
     min_tokens: Annotated[int, typer.Option(help="Smallest event, in tokens.", min=16)] = SegmentParams.min_tokens,
     max_tokens: Annotated[int, typer.Option(help="Largest event, in tokens.", min=16)] = SegmentParams.max_tokens,
     gamma: Annotated[float, typer.Option(help="Surprise threshold: mean + GAMMA x std of the last tokens (EM-LLM eq. 1).")] = SegmentParams.gamma,
+    refine: Annotated[str, typer.Option(help="Boundary refinement (EM-LLM 3.3): each surprise cut may move back to the sentence or line end where the model's attention keys split best into two groups, judged by `modularity` or `conductance`; `none` keeps the surprise cuts.")] = SegmentParams.refine,
     kv_type: Annotated[str, typer.Option(help="How each event's KV block is stored for kv mode: q8_0 (about 12 KB/token with the bundled model), q4_0 (6.5 KB/token, less faithful) or f16 (23 KB/token, exact).")] = DEFAULT_KIND,
     kv: Annotated[bool, typer.Option("--kv/--no-kv", help="Store KV blocks (fast answers in kv mode). --no-kv keeps only text (text mode, far less disk).")] = True,
     as_json: JsonOpt = False,
@@ -87,24 +88,30 @@ def ingest(
         raise EpiError(f"--max-tokens must be at most {MAX_EVENT_TOKENS} (an event must fit the ingest window)")
     if kv_type not in KV_KINDS:
         raise EpiError(f"unknown --kv-type {kv_type!r}: use {', '.join(KV_KINDS)}")
-    params = SegmentParams(gamma=gamma, min_tokens=min_tokens, max_tokens=max_tokens)
+    if refine not in REFINE_METHODS:
+        raise EpiError(f"unknown --refine {refine!r}: use {', '.join(REFINE_METHODS)}")
+    params = SegmentParams(gamma=gamma, min_tokens=min_tokens, max_tokens=max_tokens, refine=refine)
     found = list(discover(paths))
     if not found:
         raise EpiError("nothing to ingest: no readable files under the given paths")
     ws = Workspace(model, store, threads)
     with render.status("loading model and embedder", quiet=as_json):
         st = ws.store_for_writing(params)
-        ingestor = ws.ingestor(st, params, kv_type if kv else None)
         ws.embedder  # noqa: B018 - load it before the progress bars start
     results = []
     try:
-        with st.writer(), render.IngestProgressView(found, quiet=as_json) as view:
-            for result in ingestor.ingest(found, view):
-                results.append(result)
-                if as_json:
-                    print(json.dumps(result.as_json()), flush=True)
+        with st.writer():  # before the block file is opened: a compaction by another process may have switched it
+            ingestor = ws.ingestor(st, params, kv_type if kv else None)
+            try:
+                with render.IngestProgressView(found, quiet=as_json) as view:
+                    for result in ingestor.ingest(found, view):
+                        results.append(result)
+                        if as_json:
+                            print(json.dumps(result.as_json()), flush=True)
+            finally:
+                ingestor.close()
+            compact_if_wasteful(st, quiet=as_json)
     finally:
-        ingestor.close()
         st.close()
     if not as_json:
         render.ingest_summary(results, st.path)
@@ -225,8 +232,52 @@ def rm(
                 render.info(f"removed {p}")
             else:
                 missing.append(p)
+        compact_if_wasteful(st)
     if missing:
         raise EpiError(f"not in the store: {', '.join(missing)} (see `epi ls`)")
+
+
+@app.command()
+@handle_errors
+def compact(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+    """Give back the disk space of KV blocks whose documents were re-ingested or removed.
+
+    The live blocks are copied, checksum-verified, into a new block file that replaces the old one in one step: an
+    interruption or a full disk leaves the store as it was. A block that fails its checksum is dropped (its event is
+    answered from text). `epi ingest` and `epi rm` compact on their own once more than half of the block file, and
+    more than 64 MiB, is waste; `epi ls` shows how much is.
+    """
+    with Store.open_existing(store_path(store)) as st:
+        usage = st.kv_usage()
+        result = None
+        if usage.dead_bytes:
+            with render.byte_progress("compacting KV blocks", usage.block_bytes, quiet=as_json) as advance:
+                result = st.compact_kv_blocks(advance)
+        if as_json:
+            before = usage.file_bytes if result is None else result.bytes_before
+            after = usage.file_bytes if result is None else result.bytes_after
+            print(json.dumps({"store": str(st.path), "compacted": result is not None, "bytes_before": before,
+                              "bytes_after": after, "reclaimed_bytes": before - after,
+                              "blocks_dropped": 0 if result is None else result.blocks_dropped}))
+        elif result is None:
+            render.nothing_to_compact(usage.file_bytes)
+        else:
+            render.compaction(result)
+
+
+def compact_if_wasteful(st: Store, quiet: bool = False) -> None:
+    """After `ingest` and `rm`, inside their writer lock: compact once dead blocks dominate the block file."""
+    usage = st.kv_usage()
+    if not usage.worth_compacting:
+        return
+    try:
+        with render.byte_progress("compacting KV blocks", usage.block_bytes, quiet=quiet) as advance:
+            result = st.compact_kv_blocks(advance)
+    except (StoreError, OSError) as exc:  # the command's own work is committed; the store is as it was
+        render.warning(f"could not compact the KV block file: {exc}")
+        return
+    if not quiet:
+        render.compaction(result)
 
 
 @app.command()

@@ -4,12 +4,21 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskProgressColumn,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
 from rich.table import Table
 
 from .engine.answer import citation
@@ -48,6 +57,31 @@ def _size(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return ""
+
+
+@contextlib.contextmanager
+def byte_progress(description: str, total: int, quiet: bool = False) -> Iterator[Callable[[int], None]]:
+    """A bar in bytes (speed, ETA) that disappears when done; yields advance(n_bytes)."""
+    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                  TimeRemainingColumn(), console=err, transient=True, disable=quiet) as progress:
+        task = progress.add_task(description, total=max(total, 1))
+        yield lambda n: progress.update(task, advance=n)
+
+
+def compaction(result) -> None:
+    line = (f"compacted the KV block file: reclaimed {_size(result.reclaimed_bytes)} "
+            f"({_size(result.bytes_before)} → {_size(result.bytes_after)}, {result.blocks_kept:,} blocks kept)")
+    if result.blocks_dropped:
+        line += (f"; dropped {result.blocks_dropped:,} corrupt block(s): their events are answered from text "
+                 "until their documents are re-ingested")
+    err.print(escape(line), soft_wrap=True)
+
+
+def nothing_to_compact(file_bytes: int) -> None:
+    if file_bytes:
+        err.print(f"nothing to reclaim: all {_size(file_bytes)} of the KV block file are in use")
+    else:
+        err.print("nothing to reclaim: this store has no KV blocks")
 
 
 class IngestProgressView:
@@ -168,6 +202,9 @@ def documents(docs, stats: dict) -> None:
     out.print(table)
     out.print(f"\n{stats['n_documents']} documents · {stats['n_events']:,} events · {stats['n_tokens']:,} tokens · "
               f"{_size(stats['disk_bytes'])} on disk · {escape(str(stats.get('path', '')))}")
+    if stats.get("kv_dead_bytes"):
+        out.print(f"KV blocks: {_size(stats['kv_file_bytes'])}, of which {_size(stats['kv_dead_bytes'])} belong to "
+                  "re-ingested or removed documents; [bold]epi compact[/] reclaims them")
 
 
 def event(ev, doc) -> None:

@@ -1,7 +1,7 @@
 """The episodic store: one directory holding SQLite (source of truth) and a derived hnswlib index.
 
 Layout: store.sqlite3 (metadata, events, embeddings, FTS5), index.hnsw (rebuilt from SQLite whenever it is missing or
-stale), kv/ (reserved for KV block files), lock (flock held by the single writer).
+stale), kv/ (the KV block file of the current generation: kv_generations), lock (flock held by the single writer).
 """
 
 from __future__ import annotations
@@ -17,12 +17,15 @@ import sqlite3
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 
 from . import schema
 from .index import DenseIndex
+from .kv_blocks import KVBlockReader
+from .kv_compaction import CompactionResult, KVUsage, LiveBlock, copy_live_blocks
+from .kv_generations import BLOCK_DIR, block_file_name, orphan_block_files, record_generation, recorded_generation
 from .records import (
     IDENTITY_CHECKED_FIELDS,
     STORE_FORMAT_VERSION,
@@ -33,12 +36,13 @@ from .records import (
     StoreIdentity,
     StoreMismatchError,
 )
+from .rep_keys import decode_rep_keys, encode_rep_keys
 
 log = logging.getLogger(__name__)
 
 DB_NAME = "store.sqlite3"
 INDEX_NAME = "index.hnsw"
-KV_DIR = "kv"
+KV_DIR = BLOCK_DIR
 LOCK_NAME = "lock"
 
 # Rebuild instead of growing forever once tombstones outnumber live vectors (re-ingesting edited documents).
@@ -51,7 +55,7 @@ _DOC_COLS = (
 )
 _EVENT_COLS = (
     "id, document_id, ordinal, token_start, token_end, char_start, char_end, page_start, page_end, "
-    "line_start, line_end, surprise_mean, surprise_max, text, kv_offset, kv_length"
+    "line_start, line_end, surprise_mean, surprise_max, text, kv_offset, kv_length, rep_keys"
 )
 
 STOP_WORDS = frozenset(
@@ -92,6 +96,16 @@ def _is_disk_full(exc: BaseException) -> bool:
     return False
 
 
+def _remove_block_file(path: Path) -> None:
+    """After the switch commits; the directory is synced so that the old file does not come back after a crash."""
+    path.unlink(missing_ok=True)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
 def _short(sha: str) -> str:
     return sha[:12] + "…" if len(sha) > 12 else sha
 
@@ -130,11 +144,11 @@ def _document(row: tuple) -> DocumentRecord:
 
 
 def _event(row: tuple) -> EventRecord:
-    (id_, doc_id, ordinal, ts, te, cs, ce, ps, pe, ls, le, smean, smax, text, kv_off, kv_len) = row
+    (id_, doc_id, ordinal, ts, te, cs, ce, ps, pe, ls, le, smean, smax, text, kv_off, kv_len, rep) = row
     return EventRecord(
         ordinal=ordinal, token_start=ts, token_end=te, char_start=cs, char_end=ce, page_start=ps, page_end=pe,
         line_start=ls, line_end=le, surprise_mean=smean, surprise_max=smax, text=text, id=id_, document_id=doc_id,
-        kv_offset=kv_off, kv_length=kv_len,
+        kv_offset=kv_off, kv_length=kv_len, rep_keys=decode_rep_keys(rep),
     )  # fmt: skip
 
 
@@ -274,6 +288,7 @@ class Store:
         self._lock_fd = fd
         try:
             self._sync_index()  # another process may have written since we opened
+            self._remove_kv_orphans()
             yield self
         finally:
             self._lock_fd = None
@@ -351,11 +366,11 @@ class Store:
     def _insert_event(self, document_id: int, ev: EventRecord, vector: np.ndarray) -> int:
         cur = self._conn.execute(
             "INSERT INTO events (document_id, ordinal, token_start, token_end, char_start, char_end, page_start, "
-            "page_end, line_start, line_end, surprise_mean, surprise_max, text, embedding, kv_offset, kv_length) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "page_end, line_start, line_end, surprise_mean, surprise_max, text, embedding, kv_offset, kv_length, "
+            "rep_keys) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (document_id, ev.ordinal, ev.token_start, ev.token_end, ev.char_start, ev.char_end, ev.page_start,
              ev.page_end, ev.line_start, ev.line_end, float(ev.surprise_mean), float(ev.surprise_max), ev.text,
-             vector.astype(np.float32).tobytes(), ev.kv_offset, ev.kv_length),
+             vector.astype(np.float32).tobytes(), ev.kv_offset, ev.kv_length, encode_rep_keys(ev.rep_keys)),
         )  # fmt: skip
         self._conn.execute(
             "INSERT INTO events_fts (rowid, text) VALUES (?, ?)", (cur.lastrowid, fts5_document(ev.text))
@@ -492,6 +507,73 @@ class Store:
         )
         return [(int(r[0]), -float(r[1])) for r in rows]
 
+    # ------------------------------------------------------------------------------------------ KV blocks
+
+    @property
+    def kv_block_path(self) -> Path:
+        """The current KV block file; compaction moves the blocks into the file of the next generation."""
+        return self.path / block_file_name(recorded_generation(self._conn))
+
+    def kv_usage(self) -> KVUsage:
+        path = self.kv_block_path
+        if not path.is_file():
+            return KVUsage(0, 0, 0)
+        try:
+            with KVBlockReader(path) as reader:
+                header_bytes = reader.first_block_offset
+        except StoreError:  # an unreadable header: every byte of the file is waste
+            header_bytes = 0
+        block_bytes = self._conn.execute("SELECT COALESCE(SUM(kv_length), 0) FROM events "
+                                         "WHERE kv_offset IS NOT NULL").fetchone()[0]
+        return KVUsage(path.stat().st_size, header_bytes, block_bytes)
+
+    def compact_kv_blocks(self, progress: Callable[[int], None] | None = None) -> CompactionResult:
+        """Copy the live blocks into the file of the next generation, then switch to it in the transaction that
+        rewrites every event's offset. A crash before the commit leaves the old file current and the new one an
+        orphan; after it, the old file is the orphan; the next writer deletes orphans. A block that fails its check
+        is dropped and its event answered from text. `progress(n)` is told the bytes of each block copied."""
+        with self.writer():
+            generation = recorded_generation(self._conn)
+            old, new = self.path / block_file_name(generation), self.path / block_file_name(generation + 1)
+            if not old.is_file():
+                return CompactionResult(0, 0, 0, 0)
+            bytes_before = old.stat().st_size
+            rows = self._conn.execute("SELECT id, ordinal, kv_offset, kv_length FROM events "
+                                      "WHERE kv_offset IS NOT NULL ORDER BY kv_offset")
+            blocks = [LiveBlock(*row) for row in rows]
+            try:
+                copied = copy_live_blocks(old, new, blocks, progress)
+                with self._transaction("compacting the KV blocks of"):
+                    self._conn.executemany("UPDATE events SET kv_offset = ?, kv_length = ? WHERE id = ?",
+                                           [(off, n, event_id) for event_id, (off, n) in copied.locations.items()])
+                    self._conn.executemany("UPDATE events SET kv_offset = NULL, kv_length = NULL WHERE id = ?",
+                                           [(event_id,) for event_id in copied.dropped])
+                    record_generation(self._conn, generation + 1)
+            except BaseException as e:
+                if recorded_generation(self._conn) == generation:  # not switched: the new file is nobody's
+                    new.unlink(missing_ok=True)
+                if _is_disk_full(e):
+                    raise StoreError(f"disk full while compacting the KV blocks of store '{self.path}'; nothing was "
+                                     "changed. Free some space and retry.") from e
+                raise
+            try:
+                _remove_block_file(old)
+            except OSError as e:  # the switch is committed: the old file is an orphan that the next writer removes
+                log.warning("store %s: could not remove the old block file %s (%s)", self.path, old, e)
+            return CompactionResult(bytes_before, new.stat().st_size, len(copied.locations), len(copied.dropped))
+
+    def _remove_kv_orphans(self) -> None:
+        """Block files of other generations are left by an interrupted compaction; only the writer may delete them,
+        since a compaction in progress owns the file of the next generation."""
+        for orphan in orphan_block_files(self.path, recorded_generation(self._conn)):
+            try:
+                orphan.unlink()
+                log.info("store %s: removed %s, left by an interrupted compaction", self.path, orphan.name)
+            except FileNotFoundError:
+                pass
+            except OSError as e:  # waste, not damage: writing may go on
+                log.warning("store %s: could not remove the leftover block file %s (%s)", self.path, orphan, e)
+
     # ---------------------------------------------------------------------------------------------- doctor
 
     def stats(self) -> dict:
@@ -500,6 +582,7 @@ class Store:
         ).fetchone()
         n_events = self._conn.execute("SELECT COUNT(*) FROM events").fetchone()[0]
         disk_bytes = sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file())
+        kv = self.kv_usage()
         return {
             "path": str(self.path),
             "format_version": STORE_FORMAT_VERSION,
@@ -509,6 +592,9 @@ class Store:
             "disk_bytes": disk_bytes,
             "index_live": self._index.n_live,
             "index_deleted": self._index.n_deleted,
+            "kv_file_bytes": kv.file_bytes,
+            "kv_live_bytes": kv.live_bytes,
+            "kv_dead_bytes": kv.dead_bytes,
         }
 
     def health(self) -> list[str]:

@@ -6,9 +6,10 @@ Layout (little-endian), numpy/struct-first like gguf-py's reader:
     block*       32-byte header (BLOCK_HEADER) | payload
 A block's crc32 covers its header fields and its payload, so a flipped bit anywhere in the block is caught.
 
-Crash safety: existing bytes are never rewritten; a block becomes durable at `sync()`/`close()` (fsync), which the
-caller runs before committing the block's offset to SQLite. A crash mid-append leaves a torn tail that no SQLite row
-points to; the next writer finds it and truncates it before appending.
+Crash safety: existing bytes are never rewritten (compaction copies the live blocks into a new file: kv_compaction);
+a block becomes durable at `sync()`/`close()` (fsync), which the caller runs before committing the block's offset to
+SQLite. A crash mid-append leaves a torn tail that no SQLite row points to; the next writer finds it and truncates it
+before appending.
 """
 
 from __future__ import annotations
@@ -236,6 +237,8 @@ class KVBlockWriter:
     def sync(self) -> None:
         """Make every appended block durable; call before committing their offsets to SQLite."""
         os.fsync(self._fd)
+        if os.fstat(self._fd).st_nlink == 0:  # compaction switched files: these offsets would point into nothing
+            raise StoreError(f"'{self.path}' was replaced by a compaction while blocks were appended; ingest again.")
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -263,6 +266,11 @@ class KVBlockReader:
         except BaseException:
             os.close(self._fd)
             raise
+
+    @property
+    def first_block_offset(self) -> int:
+        """Size of the file header: the bytes of a file that belong to no block."""
+        return self._first
 
     def read(self, offset: int, event_id: int | None = None, length: int | None = None) -> KVBlock:
         """The block at `offset`, verified; `event_id`/`length` (from SQLite) are checked against it when given."""

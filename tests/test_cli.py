@@ -116,7 +116,7 @@ def test_doctor_on_the_ingested_store(shared_store):
     assert "matches the model in use" in flat and "2 documents" in flat
 
 
-@pytest.mark.parametrize("cmd", [[], ["ingest"], ["ask"], ["chat"], ["ls"], ["show"], ["rm"], ["doctor"]])
+@pytest.mark.parametrize("cmd", [[], ["ingest"], ["ask"], ["chat"], ["ls"], ["show"], ["rm"], ["compact"], ["doctor"]])
 def test_help_exits_zero(cmd):
     result = invoke(*cmd, "--help")
     assert result.exit_code == 0, result.output
