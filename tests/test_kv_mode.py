@@ -7,9 +7,8 @@ import shutil
 
 from typer.testing import CliRunner
 
-from conftest import TEXT_QUESTION
+from conftest import PDF_QUESTION, TEXT_QUESTION, workspace_for
 from episodic_cli.app import app
-from episodic_cli.engine import kv_capture
 from episodic_cli.engine.kv_memory import decode_block
 from episodic_cli.store import Store
 from episodic_cli.store.kv_blocks import KVBlockReader
@@ -26,7 +25,7 @@ def ask_json(store_dir, *extra: str):
 def test_ingest_captures_one_block_per_event(shared_store):
     with Store.open_existing(shared_store.store_dir) as st:
         events = [e for d in st.documents() for e in st.events_of(d.id)]
-        reader = KVBlockReader(st.path / kv_capture.BLOCK_FILE)
+        reader = KVBlockReader(st.kv_block_path)
         try:
             for ev in events:
                 assert ev.kv_offset is not None and ev.kv_length is not None
@@ -63,7 +62,8 @@ def test_damaged_blocks_fall_back_to_text_with_a_warning(shared_store, tmp_path,
     shutil.copytree(shared_store.store_dir, store_dir)
     with Store.open_existing(store_dir) as st:
         offsets = [(e.kv_offset, e.kv_length) for d in st.documents() for e in st.events_of(d.id)]
-    with open(store_dir / kv_capture.BLOCK_FILE, "r+b") as f:
+        block_file = st.kv_block_path
+    with open(block_file, "r+b") as f:
         for offset, length in offsets:  # flip one payload bit in every block
             f.seek(offset + length // 2)
             byte = f.read(1)[0]
@@ -75,3 +75,52 @@ def test_damaged_blocks_fall_back_to_text_with_a_warning(shared_store, tmp_path,
     assert "Traceback" not in result.stderr
     out = json.loads(result.stdout)
     assert out["mode"] == "kv" and out["answer"] and out["sources"]
+
+
+def kv_answer(ws, st, question: str):
+    result, stream = ws.ask(st, question, k=1, neighbours=1, mode="kv")
+    for _ in stream:
+        pass
+    return result.answer
+
+
+def test_a_follow_up_keeps_the_shared_cache_and_answers_as_from_scratch(engine, shared_store):
+    ws = workspace_for(engine, shared_store.store_dir)
+    with Store.open_existing(shared_store.store_dir) as st:
+        first = kv_answer(ws, st, TEXT_QUESTION)
+        again = kv_answer(ws, st, TEXT_QUESTION)  # same events: the sink and every block stay in the cache
+        answerer = ws.answerer("kv")
+        tail = len(answerer._plan(TEXT_QUESTION, ws.retrieve(st, TEXT_QUESTION, 1), None, None)[-1].tokens)
+        assert first.reused_tokens == 0
+        assert again.reused_tokens == again.prompt_tokens - tail > 0
+        other = kv_answer(ws, st, PDF_QUESTION)  # other events: only the sink is shared
+        assert 0 < other.reused_tokens < again.reused_tokens
+        answerer.reset()
+        fresh = kv_answer(ws, st, TEXT_QUESTION)
+    ws.close()
+    assert fresh.reused_tokens == 0
+    assert again.text == first.text == fresh.text
+
+
+def test_the_sink_block_is_stored_once_and_rebuilt_when_damaged(engine, shared_store, tmp_path):
+    ws = workspace_for(engine, shared_store.store_dir)
+    answerer = ws.answerer("kv")
+    answerer.sink_dir = tmp_path / "sinks"
+    decoded = []
+    prefill = answerer.session.prefill
+    answerer.session.prefill = lambda tokens, pos=0: decoded.append(len(tokens)) or prefill(tokens, pos)
+    with Store.open_existing(shared_store.store_dir) as st:
+        built = kv_answer(ws, st, TEXT_QUESTION)  # decodes the sink and the question part, stores the sink
+        (sink,) = (tmp_path / "sinks").iterdir()
+        assert len(decoded) == 2 and decode_block(sink.read_bytes(), "f16").n_cells == decoded[0]
+        answerer.reset()
+        decoded.clear()
+        loaded = kv_answer(ws, st, TEXT_QUESTION)  # the sink comes from disk: only the question part is decoded
+        assert len(decoded) == 1
+        sink.write_bytes(b"not a block")
+        answerer.reset()
+        decoded.clear()
+        rebuilt = kv_answer(ws, st, TEXT_QUESTION)
+        assert len(decoded) == 2 and decode_block(sink.read_bytes(), "f16").n_cells > 0
+    ws.close()
+    assert built.text == loaded.text == rebuilt.text

@@ -37,23 +37,17 @@ def evidence_block(retrieved: list[RetrievedEvent]) -> str:
     return "\n\n".join(f"[{i}] {citation(r)}\n{r.event.text.strip()}" for i, r in enumerate(retrieved, 1))
 
 
-def block_evidence(retrieved: list[RetrievedEvent], placeholder: Callable[[int], str]) -> str:
-    """kv mode's layout: the events' blocks back to back, then a legend of their citations. Keeping the blocks
-    adjacent means one K-shift for all of them (llama.cpp re-rotates the whole cache at each decode that follows a
-    move, which cost seconds per source when headers were decoded between blocks)."""
-    blocks = "".join(placeholder(i) for i in range(len(retrieved)))
-    legend = "; ".join(f"[{i}] {citation(r)}" for i, r in enumerate(retrieved, 1))
-    return f"{blocks}\n\n(Sources, in order: {legend})"
+def clean_question(question: str) -> str:
+    """No control characters in prompts (kv mode marks block places with one)."""
+    return "".join(ch for ch in question if ch >= " " or ch in "\n\t")
 
 
-def build_messages(question: str, retrieved: list[RetrievedEvent], history: list[dict[str, str]] | None = None,
-                   evidence: str | None = None) -> list[dict[str, str]]:
-    """System rules, earlier turns (chat), then one user turn holding the sources and, last, the question.
-    `evidence` replaces the text-mode evidence block (kv mode passes `block_evidence`)."""
-    question = "".join(ch for ch in question if ch >= " " or ch in "\n\t")  # no control characters in prompts
-    if evidence is None and retrieved:
-        evidence = evidence_block(retrieved)
-    user = f"Sources:\n\n{evidence}\n\nQuestion: {question}" if retrieved else (
+def build_messages(question: str, retrieved: list[RetrievedEvent], history: list[dict[str, str]] | None = None
+                   ) -> list[dict[str, str]]:
+    """Text mode's prompt: system rules, earlier turns (chat), then one user turn holding the numbered sources and,
+    last, the question."""
+    question = clean_question(question)
+    user = f"Sources:\n\n{evidence_block(retrieved)}\n\nQuestion: {question}" if retrieved else (
         f"(No sources were found in the archive.)\n\nQuestion: {question}")
     return [{"role": "system", "content": SYSTEM_PROMPT}, *(history or []), {"role": "user", "content": user}]
 
@@ -72,7 +66,8 @@ class Timings:
 @dataclass
 class Answer:
     text: str = ""
-    prompt_tokens: int = 0
+    prompt_tokens: int = 0    # tokens the answer context held before generation (decoded or loaded as KV)
+    reused_tokens: int = 0    # of those, kept in the cache from the previous question (kv mode in chat)
     timings: Timings = field(default_factory=Timings)
 
 
@@ -85,9 +80,12 @@ class TextModeAnswerer:
         self.model = model
         self.session = LlamaSession(model, n_ctx=n_ctx, n_threads=n_threads, n_seq_max=1)
 
-    def stream(self, messages: list[dict[str, str]], started: float, answer: Answer,
-               max_tokens: int = ANSWER_TOKENS, should_stop: Callable[[], bool] | None = None) -> Iterator[str]:
-        """Yield answer text pieces; fills `answer` (text, timings measured from `started`) as it goes."""
+    def stream(self, question: str, retrieved: list[RetrievedEvent], history: list[dict[str, str]] | None,
+               started: float, answer: Answer, max_tokens: int = ANSWER_TOKENS,
+               should_stop: Callable[[], bool] | None = None, weights: list[float] | None = None) -> Iterator[str]:
+        """Yield answer text pieces; fills `answer` (text, timings measured from `started`) as it goes.
+        `weights` (EpMAN) only applies to KV blocks; text mode has none."""
+        messages = build_messages(question, retrieved, history)
         tokens = self.model.tokenize(self.model.apply_chat_template(messages), special=True)
         room = self.session.n_ctx - max_tokens
         if len(tokens) > room:  # keep the start (system rules) and the end (question); evidence was budgeted

@@ -1,100 +1,216 @@
 """kv mode: answers assembled from the events' stored KV blocks instead of re-reading their text.
 
-The prompt is rendered with the model's chat template around placeholders; the text between placeholders
-(instructions, the question) is decoded as usual, and at each placeholder the event's block is loaded at the next
-position (K is re-rotated by llama.cpp's K-shift). Only the scaffolding is prefilled; a missing or damaged block
-falls back to decoding that event's text, with a warning. Blocks are written at ingest by `kv_capture`.
+The prompt is the chat template rendered around placeholders, in three parts:
+
+    [sink: system rules + "Sources:"] [block] [block] ... ["Question: ..." + assistant header]
+
+* The sink (EM-LLM's attention-sink block, shared by every answer) is decoded once per model and prompt version
+  and kept as an f16 block in the cache directory, so a fresh `epi ask` loads it instead of decoding it.
+* Each retrieved event's block is loaded at the next position in document order (llama.cpp re-rotates K: K-shift).
+* Only the question part is decoded. Earlier chat turns go there too, after the blocks, so that the sink and the
+  blocks stay a stable prefix: in `epi chat` a follow-up keeps whatever prefix of the cache it shares with the
+  previous question and loads only what changed.
+A missing or damaged block falls back to decoding that event's text, with a warning.
 """
 from __future__ import annotations
 
+import hashlib
+import os
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+import llama_cpp as L
+import numpy as np
+
 from ..store import StoreError
-from ..store.kv_blocks import BlockCorruptError, KVBlockReader, KVFileHeader
-from .answer import ANSWER_TOKENS, Answer, stream_into
-from .kv_capture import BLOCK_FILE
-from .kv_memory import KVFormatError, decode_block, load_block
+from ..store.kv_blocks import BlockCorruptError, KVFileHeader
+from ..store.kv_current import CurrentBlockReader
+from .answer import ANSWER_TOKENS, SYSTEM_PROMPT, Answer, clean_question, stream_into
+from .kv_memory import KVFormatError, capture_block, decode_block, encode_block, load_block, parse_state_blob, \
+    state_blob_from_payload
 from .llama_backend import LlamaModel, LlamaSession
 from .retrieve import RetrievedEvent
 
-_MARK = "\x1fEPI-BLOCK-{}\x1f"  # a control character no document text keeps (sources normalise them away)
+_MARK = "\x1f"  # splits the rendered template at block places; no document or question text keeps control characters
+TOO_BIG = "the retrieved events do not fit the answer context; lower -k"
+EPMAN_FLOOR = 0.9  # EpMAN's weights are relative; keeping them in [0.9, 1.0] nudges attention without silencing a block
+
+
+def kv_messages(question: str, n_blocks: int, history: list[dict[str, str]] | None = None) -> list[dict[str, str]]:
+    """kv mode's prompt: the sources are the blocks themselves (no per-source headers: every decoded token between
+    blocks costs time, and epi shows the citations beside the answer); earlier turns follow the blocks."""
+    question = clean_question(question)
+    earlier = "".join(
+        f"{'User' if m['role'] == 'user' else 'You'}: {clean_question(m['content']).strip()}\n" for m in history or []
+    )
+    earlier = f"Earlier in this conversation:\n{earlier}\n" if earlier else ""
+    if n_blocks:
+        user = f"Sources:\n\n{_MARK * (n_blocks + 1)}\n\n{earlier}Question: {question}"
+    else:
+        user = f"(No sources were found in the archive.)\n\n{earlier}Question: {question}"
+    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+
+
+@dataclass(frozen=True)
+class _Part:
+    """One piece of the assembled cache: text to decode, or an event's stored block (with its V weight)."""
+
+    key: tuple
+    tokens: np.ndarray | None = None
+    retrieved: RetrievedEvent | None = None
+    v_scale: float = 1.0
 
 
 class KVModeAnswerer:
-    """Answers from stored blocks: prefill only the scaffolding, load the events' KV, decode the question."""
+    """Answers from stored blocks: load the sink and the events' KV, decode only the question."""
 
     mode = "kv"
 
     def __init__(self, model: LlamaModel, n_ctx: int, store_dir: Path, header: KVFileHeader,
-                 n_threads: int | None = None, warn: Callable[[str], None] | None = None):
+                 n_threads: int | None = None, warn: Callable[[str], None] | None = None,
+                 sink_dir: Path | None = None):
         self.model = model
         self.session = LlamaSession(model, n_ctx=n_ctx, n_threads=n_threads, n_seq_max=2)
-        self.reader = KVBlockReader(store_dir / BLOCK_FILE, header)
+        self.reader = CurrentBlockReader(store_dir, header)
+        self.header = header
         self.warn = warn or (lambda message: None)
+        self.sink_dir = sink_dir
+        self._layout: list[tuple[tuple, int]] = []  # (part key, position after it) of what sequence 0 holds
 
-    def _segments(self, messages: list[dict[str, str]]) -> list[str]:
-        return self.model.apply_chat_template(messages).split("\x1f")
-
-    def stream(self, messages: list[dict[str, str]], retrieved: list[RetrievedEvent], started: float, answer: Answer,
-               max_tokens: int = ANSWER_TOKENS, should_stop: Callable[[], bool] | None = None,
-               weights: list[float] | None = None) -> Iterator[str]:
-        """`messages` must hold `placeholder(i)` where event i's text would go (see answer.build_messages).
+    def stream(self, question: str, retrieved: list[RetrievedEvent], history: list[dict[str, str]] | None,
+               started: float, answer: Answer, max_tokens: int = ANSWER_TOKENS,
+               should_stop: Callable[[], bool] | None = None, weights: list[float] | None = None) -> Iterator[str]:
+        """Assemble the cache (keeping what the previous question left that still applies) and stream the answer.
         `weights[i]` scales event i's V rows (EpMAN weighting; None: all 1.0)."""
         t0 = time.perf_counter()
-        self.session.clear()
-        pos = 0
-        n_prompt = 0
-        for part in self._segments(messages):
-            if part.startswith("EPI-BLOCK-"):
-                r = retrieved[int(part.removeprefix("EPI-BLOCK-"))]
-                loaded = self._load(r, pos, 1.0 if weights is None else weights[int(part.removeprefix("EPI-BLOCK-"))])
-                if loaded is not None:
-                    n_prompt += loaded - pos
-                    pos = loaded
+        parts = self._plan(question, retrieved, history, weights)
+        keep = self._shared_prefix(parts)
+        pos = self._layout[keep - 1][1] if keep else 0
+        answer.reused_tokens = pos
+        L.llama_memory_seq_rm(self.session.memory, 0, pos, -1)
+        self._layout = self._layout[:keep]
+        for i, part in enumerate(parts[keep:], keep):
+            if part.retrieved is not None:
+                loaded = self._load(part, pos)
+                if loaded is None:  # fallback: re-read this event's text
+                    text = part.retrieved.event.text
+                    part = _Part(("text", _digest(text)), self.model.tokenize(text))
+                else:
+                    pos = self._append(part.key, loaded)
                     continue
-                part = r.event.text  # fallback: re-read this event's text
-            if not part:
+            sink = i == 0 and len(parts) > 1  # a prompt without blocks is decoded whole, no sink
+            if sink and self._load_sink(part.tokens):
+                pos = self._append(part.key, len(part.tokens))
                 continue
-            tokens = self.model.tokenize(part, special=True)
-            if pos + len(tokens) + max_tokens > self.session.n_ctx:
-                raise StoreError("the retrieved events do not fit the answer context; lower -k")
-            pos = self.session.prefill(tokens, pos)
-            n_prompt += len(tokens)
-        answer.prompt_tokens = n_prompt
+            if pos + len(part.tokens) + max_tokens > self.session.n_ctx:
+                raise StoreError(TOO_BIG)
+            pos = self._append(part.key, self.session.prefill(part.tokens, pos))
+            if sink:
+                self._save_sink(part.tokens)
+        answer.prompt_tokens = pos
         answer.timings.prefill_s = time.perf_counter() - t0
+        self._layout.append((("answer",), -1))  # generated tokens follow; never shared with the next question
         yield from stream_into(answer, self.session, pos, started, max_tokens, should_stop)
 
-    def _load(self, r: RetrievedEvent, pos: int, v_scale: float = 1.0) -> int | None:
-        ev = r.event
+    def reset(self) -> None:
+        """Forget the assembled cache (the next question starts from an empty context)."""
+        self.session.clear()
+        self._layout = []
+
+    # -- assembly ---------------------------------------------------------------------------------------------
+
+    def _plan(self, question: str, retrieved: list[RetrievedEvent], history: list[dict[str, str]] | None,
+              weights: list[float] | None) -> list[_Part]:
+        rendered = self.model.apply_chat_template(kv_messages(question, len(retrieved), history))
+        texts = rendered.split(_MARK)
+        parts = [_Part(("text", _digest(texts[0])), self.model.tokenize(texts[0], special=True))]
+        for i, r in enumerate(retrieved):
+            scale = 1.0 if weights is None else float(weights[i])
+            parts.append(_Part(("block", r.event.id, r.event.kv_offset, scale), retrieved=r, v_scale=scale))
+        tail = texts[-1] if retrieved else None
+        if tail is not None:
+            parts.append(_Part(("text", _digest(tail)), self.model.tokenize(tail, special=True)))
+        return parts
+
+    def _shared_prefix(self, parts: list[_Part]) -> int:
+        """How many leading parts the cache already holds; the last part is always decoded again (its logits start
+        the answer)."""
+        keep = 0
+        for (key, _), part in zip(self._layout, parts[:-1]):
+            if key != part.key:
+                break
+            keep += 1
+        return keep
+
+    def _append(self, key: tuple, end: int) -> int:
+        self._layout.append((key, end))
+        return end
+
+    def _load(self, part: _Part, pos: int) -> int | None:
+        ev = part.retrieved.event
         if ev.kv_offset is None:
             self.warn(f"event {ev.id} has no stored KV block; reading its text instead")
             return None
         try:
             block = self.reader.read(ev.kv_offset, event_id=ev.ordinal, length=ev.kv_length)
             if pos + block.n_tokens + ANSWER_TOKENS > self.session.n_ctx:
-                raise StoreError("the retrieved events do not fit the answer context; lower -k")
-            return load_block(self.session, decode_block(block.payload, v_scale=v_scale), 0, pos)
+                raise StoreError(TOO_BIG)
+            return load_block(self.session, state_blob_from_payload(block.payload, part.v_scale), 0, pos)
         except (BlockCorruptError, KVFormatError) as exc:
             self.warn(f"event {ev.id}: stored KV block unusable ({exc}); reading its text instead")
             return None
+
+    # -- the sink block, kept across processes ------------------------------------------------------------------
+
+    def _sink_path(self, tokens: np.ndarray) -> Path | None:
+        if self.sink_dir is None:
+            return None
+        h = hashlib.sha256(repr(self.header).encode())
+        h.update(tokens.astype("<i4").tobytes())
+        return self.sink_dir / f"{h.hexdigest()[:32]}.ekvp"
+
+    def _load_sink(self, tokens: np.ndarray) -> bool:
+        path = self._sink_path(tokens)
+        if path is None or not path.is_file():
+            return False
+        try:
+            block = decode_block(path.read_bytes(), "f16")
+            if block.n_cells != len(tokens):
+                raise KVFormatError("sink block has the wrong length")
+            load_block(self.session, block, 0, 0)
+            return True
+        except (OSError, KVFormatError):
+            path.unlink(missing_ok=True)  # a cache file: rebuild it rather than trust it
+            L.llama_memory_seq_rm(self.session.memory, 0, -1, -1)
+            return False
+
+    def _save_sink(self, tokens: np.ndarray) -> None:
+        """Best effort: a read-only or full cache directory only costs the next process a few hundred ms."""
+        path = self._sink_path(tokens)
+        if path is None or path.is_file():
+            return
+        try:
+            payload = encode_block(parse_state_blob(capture_block(self.session, 0, 0, len(tokens))), "f16")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            tmp.write_bytes(payload)
+            os.replace(tmp, path)
+        except OSError:
+            pass
 
     def close(self) -> None:
         self.reader.close()
         self.session.close()
 
 
-def placeholder(i: int) -> str:
-    return _MARK.format(i)
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def has_blocks(events) -> bool:
     return any(e.kv_offset is not None for e in events)
-
-
-
-EPMAN_FLOOR = 0.9  # EpMAN's weights are relative; keeping them in [0.9, 1.0] nudges attention without silencing a block
 
 
 def episodic_weights(retrieved: list[RetrievedEvent]) -> list[float]:

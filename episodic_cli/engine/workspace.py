@@ -12,15 +12,16 @@ from functools import cached_property
 from pathlib import Path
 
 from ..store import Store, StoreIdentity
-from .answer import ANSWER_TOKENS, Answer, TextModeAnswerer, block_evidence, build_messages
+from ..store.kv_current import current_block_path
+from .answer import ANSWER_TOKENS, Answer, TextModeAnswerer
 from .embedder import EMBED_DIM, EMBEDDER_NAME, Embedder
 from .errors import EpiError
 from .ingest import Ingestor
-from .kv_capture import BLOCK_FILE, DEFAULT_KIND, BlockCapture, file_header
-from .kv_mode import KVModeAnswerer, episodic_weights, has_blocks, placeholder
+from .kv_capture import DEFAULT_KIND, BlockCapture, file_header
+from .kv_mode import KVModeAnswerer, episodic_weights, has_blocks
 from .llama_backend import LlamaModel, llama_cpp_version
 from .models import PreparedModel, prepare_model
-from .paths import store_path
+from .paths import cache_dir, store_path
 from .retrieve import RetrievedEvent, retrieve
 from .segment import SegmentParams
 
@@ -95,7 +96,7 @@ class Workspace:
 
     def check_store(self, store: Store) -> None:
         """Asking needs the very model the store was built with (its tokens and its KV blocks)."""
-        store.check_identity(self.identity(SegmentParams(**store.identity.segmentation)))
+        store.check_identity(self.identity(SegmentParams.from_recorded(store.identity.segmentation)))
 
     # -- commands ---------------------------------------------------------------------------------------------
 
@@ -103,7 +104,7 @@ class Workspace:
         """kv_kind None stores no KV blocks (text mode only)."""
         capture = None
         if kv_kind is not None:
-            capture = BlockCapture(store.path, file_header(self.model, self.prepared.sha256), kv_kind)
+            capture = BlockCapture(store.kv_block_path, file_header(self.model, self.prepared.sha256), kv_kind)
         return Ingestor(store, self.model, self.embedder, params, self.threads, capture)
 
     @property
@@ -111,7 +112,7 @@ class Workspace:
         return min(ANSWER_CONTEXT, self.model.info.n_ctx_train)
 
     def has_block_file(self) -> bool:
-        return (self.store_dir / BLOCK_FILE).is_file()
+        return current_block_path(self.store_dir).is_file()
 
     def default_mode(self) -> str:
         """kv whenever the store has KV blocks, else text (decided per question too: see `ask`)."""
@@ -125,7 +126,7 @@ class Workspace:
                     raise EpiError(NO_BLOCKS)
                 header = file_header(self.model, self.prepared.sha256)
                 self._answerers[mode] = KVModeAnswerer(self.model, n_ctx, self.store_dir, header, self.threads,
-                                                       self.warn)
+                                                       self.warn, sink_dir=cache_dir() / "kv-sinks")
             else:
                 self._answerers[mode] = TextModeAnswerer(self.model, n_ctx, self.threads)
             self._answerers[mode].session.warm_up()
@@ -167,13 +168,9 @@ class Workspace:
         answer.timings.retrieve_s = time.perf_counter() - started
         result = AskResult(question, mode, retrieved, answer)
         answerer = self.answerer(mode)
-        if mode == "kv":
-            messages = build_messages(question, retrieved, history, block_evidence(retrieved, placeholder))
-            weights = episodic_weights(retrieved) if epman else None
-            stream = answerer.stream(messages, retrieved, started, answer, should_stop=should_stop, weights=weights)
-        else:
-            messages = build_messages(question, retrieved, history)
-            stream = answerer.stream(messages, started, answer, should_stop=should_stop)
+        weights = episodic_weights(retrieved) if epman else None
+        stream = answerer.stream(question, retrieved, history, started, answer, should_stop=should_stop,
+                                 weights=weights)
         return result, stream
 
     def close(self) -> None:
