@@ -25,23 +25,15 @@ SHIFT = 500
 
 
 @pytest.fixture(scope="module")
-def llm(tmp_path_factory, shared_cache):
-    from episodic_cli.engine.llama_backend import LlamaModel, LlamaSession
-    from episodic_cli.engine.models import prepare_model
+def llm(bundled_model):
+    from episodic_cli.engine.llama_backend import LlamaSession
 
-    home = tmp_path_factory.mktemp("kv-home") / "home"
-    home.mkdir()
-    (home / "cache").symlink_to(shared_cache, target_is_directory=True)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("EPI_HOME", str(home))
-        prepared = prepare_model()
-    model = LlamaModel(prepared.path)
+    model = bundled_model
     # One thread: the comparisons are within this session, and on a busy machine two spinning ggml threads are
     # several times slower than one (measured: a 384-token prefill took 7-11 s with 2 threads, 3.3 s with 1).
     session = LlamaSession(model, n_ctx=1024, n_threads=1)
     yield model, session
     session.close()
-    model.close()
 
 
 def _probe_logits(session, probe: np.ndarray, pos0: int) -> np.ndarray:

@@ -153,19 +153,12 @@ def test_kernel_checks_buffer_sizes():
 
 
 @pytest.fixture(scope="module")
-def real_blob(tmp_path_factory, shared_cache) -> bytes:
+def real_blob(bundled_model) -> bytes:
     """One block captured from the bundled model (48 tokens of prefill on one thread: a few seconds)."""
     from conftest import license_text
-    from episodic_cli.engine.llama_backend import LlamaModel, LlamaSession
-    from episodic_cli.engine.models import prepare_model
+    from episodic_cli.engine.llama_backend import LlamaSession
 
-    home = tmp_path_factory.mktemp("assemble-home") / "home"
-    home.mkdir()
-    (home / "cache").symlink_to(shared_cache, target_is_directory=True)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("EPI_HOME", str(home))
-        prepared = prepare_model()
-    model = LlamaModel(prepared.path)
+    model = bundled_model
     session = LlamaSession(model, n_ctx=256, n_threads=1)
     try:
         tokens = model.tokenize(license_text())[:48]
@@ -177,7 +170,6 @@ def real_blob(tmp_path_factory, shared_cache) -> bytes:
                                                                0.93), 0, 100) == 140
     finally:
         session.close()
-        model.close()
     return blob
 
 
