@@ -33,7 +33,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import generators as gen  # noqa: E402
 
-from episodic_cli.engine.answer import SYSTEM_PROMPT, build_messages  # noqa: E402
+from episodic_cli.engine.answer import SYSTEM_PROMPT, build_messages, sources_turn  # noqa: E402
 from episodic_cli.engine.paths import cache_dir  # noqa: E402
 from episodic_cli.engine.retrieve import RetrievedEvent  # noqa: E402
 from episodic_cli.engine.segment import SegmentParams  # noqa: E402
@@ -246,9 +246,7 @@ class Reader:
 
 def source_messages(question: str, sources: list[tuple[str, str]]) -> list[dict[str, str]]:
     """A text-mode prompt (engine/answer's system rules and layout) for sources epi did not retrieve."""
-    body = "\n\n".join(f"[{i}] {name}\n{text.strip()}" for i, (name, text) in enumerate(sources, 1))
-    return [{"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": f"Sources:\n\n{body}\n\nQuestion: {question}"}]
+    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": sources_turn(question, sources)}]
 
 
 # -- stores (ingest through the engine, cached; one per generated set and block type) --------------------------------

@@ -19,6 +19,7 @@ from .engine.kv_capture import DEFAULT_KIND
 from .engine.kv_memory import KINDS as KV_KINDS
 from .engine.workspace import MAX_EVENT_TOKENS, MODES, Workspace
 from .store import Store, StoreError
+from .store.kv_compaction import CompactionResult, KVUsage
 
 app = typer.Typer(
     name="epi",
@@ -251,8 +252,7 @@ def compact(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
         usage = st.kv_usage()
         result = None
         if usage.dead_bytes:
-            with render.byte_progress("compacting KV blocks", usage.block_bytes, quiet=as_json) as advance:
-                result = st.compact_kv_blocks(advance)
+            result = run_compaction(st, usage, quiet=as_json)
         if as_json:
             before = usage.file_bytes if result is None else result.bytes_before
             after = usage.file_bytes if result is None else result.bytes_after
@@ -265,14 +265,19 @@ def compact(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
             render.compaction(result)
 
 
+def run_compaction(st: Store, usage: KVUsage, quiet: bool) -> CompactionResult:
+    """Compact under the caller's writer lock, with a progress bar over the live block bytes."""
+    with render.byte_progress("compacting KV blocks", usage.block_bytes, quiet=quiet) as advance:
+        return st.compact_kv_blocks(advance)
+
+
 def compact_if_wasteful(st: Store, quiet: bool = False) -> None:
     """After `ingest` and `rm`, inside their writer lock: compact once dead blocks dominate the block file."""
     usage = st.kv_usage()
     if not usage.worth_compacting:
         return
     try:
-        with render.byte_progress("compacting KV blocks", usage.block_bytes, quiet=quiet) as advance:
-            result = st.compact_kv_blocks(advance)
+        result = run_compaction(st, usage, quiet)
     except (StoreError, OSError) as exc:  # the command's own work is committed; the store is as it was
         render.warning(f"could not compact the KV block file: {exc}")
         return

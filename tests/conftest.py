@@ -102,21 +102,6 @@ def epi_home(tmp_path, monkeypatch, shared_cache) -> Path:
 
 
 @pytest.fixture(scope="session")
-def bundled_model(tmp_path_factory, shared_cache):
-    """The bundled model in its prepared (F16) form, loaded once, for tests that drive llama.cpp directly."""
-    from episodic_cli.engine.llama_backend import LlamaModel
-    from episodic_cli.engine.models import prepare_model
-
-    home = _home(tmp_path_factory.mktemp("model-home") / "home", shared_cache)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("EPI_HOME", str(home))
-        prepared = prepare_model()
-    model = LlamaModel(prepared.path)
-    yield model
-    model.close()
-
-
-@pytest.fixture(scope="session")
 def engine(tmp_path_factory, shared_cache):
     """A Workspace with the real model and embedder loaded once; `workspace_for` reuses them on other stores."""
     from episodic_cli.engine.workspace import Workspace
@@ -128,6 +113,13 @@ def engine(tmp_path_factory, shared_cache):
         ws.prepared, ws.model, ws.embedder  # noqa: B018 - load everything now, with the session's cache
     yield ws
     ws.close()
+
+
+@pytest.fixture(scope="session")
+def bundled_model(engine):
+    """The bundled model in its prepared (F16) form, for tests that drive llama.cpp directly: the engine's own
+    instance, so a session loads the weights once."""
+    return engine.model
 
 
 def workspace_for(engine, store_dir: Path):

@@ -32,9 +32,15 @@ def citation(r: RetrievedEvent) -> str:
     return r.document.display_path
 
 
-def evidence_block(retrieved: list[RetrievedEvent]) -> str:
-    """Numbered sources, each headed by its citation, with the event's text."""
-    return "\n\n".join(f"[{i}] {citation(r)}\n{r.event.text.strip()}" for i, r in enumerate(retrieved, 1))
+def numbered_sources(sources: list[tuple[str, str]]) -> str:
+    """Text mode's evidence: "[i] heading" then the text, for each (heading, text). The evaluation's baselines
+    lay out the sources they pick the same way."""
+    return "\n\n".join(f"[{i}] {heading}\n{text.strip()}" for i, (heading, text) in enumerate(sources, 1))
+
+
+def sources_turn(question: str, sources: list[tuple[str, str]]) -> str:
+    """The user turn of a text-mode prompt: the numbered sources, then the question last."""
+    return f"Sources:\n\n{numbered_sources(sources)}\n\nQuestion: {question}"
 
 
 def clean_question(question: str) -> str:
@@ -47,7 +53,7 @@ def build_messages(question: str, retrieved: list[RetrievedEvent], history: list
     """Text mode's prompt: system rules, earlier turns (chat), then one user turn holding the numbered sources and,
     last, the question."""
     question = clean_question(question)
-    user = f"Sources:\n\n{evidence_block(retrieved)}\n\nQuestion: {question}" if retrieved else (
+    user = sources_turn(question, [(citation(r), r.event.text) for r in retrieved]) if retrieved else (
         f"(No sources were found in the archive.)\n\nQuestion: {question}")
     return [{"role": "system", "content": SYSTEM_PROMPT}, *(history or []), {"role": "user", "content": user}]
 

@@ -111,7 +111,6 @@ class KVModeAnswerer:
                 self._save_sink(part.tokens)
         answer.prompt_tokens = pos
         answer.timings.prefill_s = time.perf_counter() - t0
-        self._layout.append((("answer",), -1))  # generated tokens follow; never shared with the next question
         yield from stream_into(answer, self.session, pos, started, max_tokens, should_stop)
 
     def reset(self) -> None:
