@@ -7,7 +7,7 @@ setup(
             "episodic_cli.native._kernels",
             sources=["native/src/kernels_module.c", "native/src/surprise.c", "native/src/quant.c", "native/src/scale.c",
                      "native/src/assemble.c"],
-            extra_compile_args=["-O3", "-std=c99"],
+            extra_compile_args=["-O3", "-std=c99", "-fno-trapping-math"],
         )
     ]
 )

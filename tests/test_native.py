@@ -5,11 +5,12 @@ import pytest
 from episodic_cli import native
 from episodic_cli.native import reference
 
-# float32 output of a float64-accumulated log-sum-exp: 1e-5 relative is the float32 rounding of the result.
+# The kernel's exp is a float polynomial (relative error ~1e-7 per term) summed in double, its output float32:
+# 1e-5 is the float32 rounding of the result with room to spare (measured: under 2e-9 before that rounding).
 SURPRISE_RTOL, SURPRISE_ATOL = 1e-5, 1e-5
 
 
-@pytest.mark.parametrize("n_rows,n_vocab,scale", [(1, 5, 1.0), (17, 49152, 8.0), (64, 1000, 40.0)])
+@pytest.mark.parametrize("n_rows,n_vocab,scale", [(1, 5, 1.0), (17, 49152, 8.0), (64, 1000, 40.0), (3, 49157, 300.0)])
 def test_surprise_matches_reference(n_rows, n_vocab, scale):
     rng = np.random.default_rng(n_rows)
     logits = (rng.standard_normal((n_rows, n_vocab)) * scale).astype(np.float32)
