@@ -19,7 +19,7 @@ from .errors import EpiError
 from .event_keys import representative_keys, rope_params, similarity_keys
 from .kv_capture import BlockCapture, read_window
 from .kv_memory import ParsedBlock
-from .llama_backend import LlamaModel, LlamaSession
+from .llama_backend import INGEST_BATCH, LlamaModel, LlamaSession
 from .segment import SegmentParams, StreamingSegmenter, clean_cut_mask
 from .sources import Skipped, SourceDocument, file_sha256, load_document
 
@@ -80,6 +80,15 @@ def token_char_offsets(doc_text: str, token_pieces: list[bytes]) -> np.ndarray:
     return np.round(byte_offsets / max(byte_offsets[-1], 1) * len(doc_text)).astype(np.int64)
 
 
+def ingest_context(params: SegmentParams) -> int:
+    """Cells of the ingest pass's context: the sinks, the local span (or an undecided event, which reaches back at
+    most max_tokens), and one batch, rounded up to llama.cpp's 256-cell padding. Sized to what the pass keeps, not
+    larger: llama.cpp attends over every cell up to the highest one in use, live or not, so in a bigger context the
+    sliding window's scattered cells would cost attention over the whole context."""
+    cells = params.n_sink + max(params.local, params.max_tokens + 16) + INGEST_BATCH
+    return -(-cells // 256) * 256
+
+
 class StoredBlock(NamedTuple):
     offset: int             # where the event's KV block lies in the block file
     length: int
@@ -96,7 +105,7 @@ class Ingestor:
         self.capture = capture  # None: text mode only, no KV blocks are stored
         self.rope = rope_params(model)
         # n_seq_max 2: sequence 1 stages each event's cells while its KV block is read out.
-        self.session = LlamaSession(model, n_ctx=params.window, n_threads=n_threads, n_seq_max=2)
+        self.session = LlamaSession(model, n_ctx=ingest_context(params), n_threads=n_threads, n_seq_max=2)
 
     def ingest(self, found_files: Iterable[tuple[Path, str] | Skipped], progress: IngestProgress | None = None
                ) -> Iterator[IngestResult]:
@@ -168,7 +177,8 @@ class Ingestor:
                 spans.append((a, b))
             return segmenter.start
 
-        surprise = self.session.surprise_pass(tokens, self.params.n_sink, progress.tokens_done, on_decoded)
+        surprise = self.session.surprise_pass(tokens, self.params.n_sink, self.params.local, progress.tokens_done,
+                                              on_decoded)
         offsets = token_char_offsets(doc.text, token_pieces)
         events = []
         for ordinal, ((a, b), block) in enumerate(zip(spans, blocks)):

@@ -258,11 +258,19 @@ class LlamaSession:
         self,
         tokens: np.ndarray,
         n_sink: int,
+        local: int,
         on_progress: Callable[[int], None] | None = None,
         on_decoded: Callable[[np.ndarray, int], int] | None = None,
     ) -> np.ndarray:
         """One pass over a document with a sliding window that keeps the first `n_sink` tokens (attention sinks,
         EM-LLM 3.1 / StreamingLLM) and returns each token's surprise -log p(x_t | x_<t) (EM-LLM eq. 1).
+
+        Before each batch the window is cut back to the sinks plus the `local` most recent tokens, so every token
+        sees at least `local` (at most `local` + a batch) preceding tokens besides the sinks. Attention costs in
+        proportion to what the window holds, so `local` sets the pass's speed: a fixed local span costs what a
+        prefill restarted in empty windows costs on average, where a window only cut when full (llama.cpp's context
+        shift) holds far more. Tokens an undecided event still needs are never evicted (the window grows up to the
+        context size for them).
 
         After each batch, `on_decoded(surprise, known)` may act on the cache (capture event blocks: document token t
         sits at cache position `cache_pos(t)`); surprise[:known] is final and tokens < known - 1 are decoded. It
@@ -283,8 +291,7 @@ class LlamaSession:
         cached = 0  # tokens in the cache == next position
         for a in range(0, n, INGEST_BATCH):
             b = min(a + INGEST_BATCH, n)
-            if cached + (b - a) > self.n_ctx:
-                cached = self._slide_window(cached, b - a, keep_from)
+            cached = self._slide_window(cached, b - a, keep_from, local)
             # Row i predicts token a+i+1; the document's last token predicts nothing.
             n_out = min(b, n - 1) - a
             wanted = np.zeros(b - a, dtype=np.int8)
@@ -307,15 +314,17 @@ class LlamaSession:
         """Cache position of document token t during `surprise_pass` (valid while t has not been evicted)."""
         return t if t < self._n_sink else t - self._offset
 
-    def _slide_window(self, cached: int, incoming: int, keep_from: int) -> int:
-        """Evict the oldest non-sink tokens (half of them, llama.cpp's context shift, but never a token the caller
-        still needs) and close the position gap."""
+    def _slide_window(self, cached: int, incoming: int, keep_from: int, local: int) -> int:
+        """Evict the oldest non-sink tokens down to `local` of them (never a token the caller still needs, and at
+        least what the incoming batch needs to fit) and close the position gap (llama.cpp re-rotates K)."""
         n_sink = self._n_sink
         needed = cached + incoming - self.n_ctx
         evictable = max(self.cache_pos(max(keep_from, n_sink)) - n_sink, 0)
-        discard = max(needed, min((cached - n_sink) // 2, evictable))
+        discard = max(needed, min(cached - n_sink - local, evictable))
         if discard > evictable:
             raise EpiError("ingest window too small for the pending event; lower --max-tokens")
+        if discard <= 0:
+            return cached
         L.llama_memory_seq_rm(self.memory, 0, n_sink, n_sink + discard)
         L.llama_memory_seq_add(self.memory, 0, n_sink + discard, cached, -discard)
         self._offset += discard

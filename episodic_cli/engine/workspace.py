@@ -29,7 +29,7 @@ MODES = ("text", "kv")
 ANSWER_CONTEXT = 8192
 EVIDENCE_BUDGET = 3072
 NO_BLOCKS = "this store has no KV blocks (ingested with --no-kv); re-ingest its files, or use --mode text"
-MAX_EVENT_TOKENS = 1024  # an event plus a batch must fit the 2048-token ingest window beside the sinks
+MAX_EVENT_TOKENS = 1024  # the ingest context grows with it (ingest.ingest_context): an undecided event stays in it
 
 
 @dataclass

@@ -1,0 +1,96 @@
+"""The ingest pass's sliding window on the REAL bundled model: before each batch it is cut back to the sinks plus the
+`local` most recent tokens (which tokens it holds is read back from the cache), it keeps what an undecided event
+still needs, and its context is sized to what it keeps."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from llama_cpp import llama_cpp as L
+
+from conftest import license_text
+from episodic_cli.engine.errors import EpiError
+from episodic_cli.engine.ingest import ingest_context
+from episodic_cli.engine.llama_backend import INGEST_BATCH, LlamaSession
+from episodic_cli.engine.segment import SegmentParams
+from episodic_cli.engine import kv_memory as K
+from episodic_cli.engine.event_keys import rope_params, unrotated_keys
+from episodic_cli.engine.kv_capture import read_window
+
+SMALL = SegmentParams(n_sink=16, local=96, min_tokens=32, max_tokens=64)
+N_TOKENS = 2 * INGEST_BATCH + 76  # three batches: the second and third start after an eviction
+
+
+@pytest.fixture(scope="module")
+def tokens(engine):
+    return engine.model.tokenize(license_text())[:N_TOKENS]
+
+
+@pytest.fixture(scope="module")
+def session(engine):
+    s = LlamaSession(engine.model, n_ctx=ingest_context(SMALL), n_threads=1, n_seq_max=2)  # 1 thread: test_kv_memory
+    yield s
+    s.close()
+
+
+def _pass(session, tokens, keep_back: int | None = None):
+    """Run surprise_pass; after each batch record (known, offset, cells held). keep_back: report an undecided event
+    starting that many tokens before the end of the batch (None: nothing pending)."""
+    seen = []
+
+    def on_decoded(surprise, known):
+        held = L.llama_memory_seq_pos_max(session.memory, 0) + 1  # positions are compact: cells held == next position
+        seen.append((known, session._offset, held))
+        return known if keep_back is None else max(known - keep_back, 0)
+
+    surprise = session.surprise_pass(tokens, SMALL.n_sink, SMALL.local, None, on_decoded)
+    return surprise, seen
+
+
+def test_context_is_sinks_local_and_one_batch(engine):
+    assert ingest_context(SMALL) == 768  # 16 + 96 + 512 = 624, padded to llama.cpp's 256-cell steps
+    assert ingest_context(SegmentParams()) == 1280  # the default keeps 128 sinks + 640 tokens + a 512-token batch
+    # an undecided event may reach back max_tokens: the context grows for long events rather than failing them
+    assert ingest_context(SegmentParams(local=96, max_tokens=1024)) >= 128 + 1024 + INGEST_BATCH
+
+
+def _layer0_keys(block, rope) -> np.ndarray:
+    """Unrotated layer-0 keys in position order: a function of each token alone (attention mixes tokens only after
+    layer 0's K projection), so they say which tokens a window holds, wherever they sit."""
+    order = np.argsort(block.positions, kind="stable")
+    return unrotated_keys(block.k[0][order], block.positions[order], rope)
+
+
+def test_each_batch_sees_exactly_the_sinks_and_the_local_span(engine, session, tokens):
+    _, seen = _pass(session, tokens)
+    n_sink, local, n = SMALL.n_sink, SMALL.local, len(tokens)
+    # cells held after each batch: the first batch alone, then sinks + local + the batch, each time
+    assert [held for _, _, held in seen] == [INGEST_BATCH, n_sink + local + INGEST_BATCH, n_sink + local + 76]
+    assert L.llama_memory_seq_pos_min(session.memory, 0) == 0  # positions stay compact from 0
+    # Which tokens: the sinks, then the last local + 76 tokens of the document (layer-0 keys identify them).
+    offset = seen[-1][1]
+    assert n - (n_sink + offset) == local + 76
+    rope = rope_params(engine.model)
+    held = np.concatenate([_layer0_keys(read_window(session, 0, n_sink), rope),
+                           _layer0_keys(read_window(session, n_sink + offset, n), rope)])
+    fresh = LlamaSession(engine.model, n_ctx=ingest_context(SMALL), n_threads=1, n_seq_max=2)
+    try:
+        def keys_of(toks):
+            fresh.clear()
+            fresh.decode(toks, 0)
+            return _layer0_keys(K.parse_state_blob(K.capture_block(fresh, 0, 0, len(toks))), rope)
+
+        expected = keys_of(np.concatenate([tokens[:n_sink], tokens[n_sink + offset:]]))
+        one_off = keys_of(np.concatenate([tokens[:n_sink], tokens[n_sink + offset - 1 : n - 1]]))
+    finally:
+        fresh.close()
+    tail = slice(n_sink, None)
+    assert np.abs(held - expected).max() < 0.1  # F16 rounding of the keys llama.cpp re-rotated when it shifted them
+    assert np.abs(held[tail] - one_off[tail]).max() > 1.0  # the check can tell a window off by one token
+
+
+def test_tokens_an_undecided_event_needs_are_kept(session, tokens):
+    _, seen = _pass(session, tokens, keep_back=200)
+    held_before_last = seen[-1][2] - 76
+    assert held_before_last == SMALL.n_sink + 200 - 1  # 200 > local: the window kept the event's tokens
+    with pytest.raises(EpiError, match="ingest window too small"):
+        _pass(session, tokens, keep_back=10_000)  # an event reaching back past the context cannot be kept
