@@ -1,6 +1,7 @@
 """epi evaluation harness: generate -> ingest (engine path, cached) -> ask (kv, text) -> score -> docs/evaluation.*
 
-    python bench/eval.py --quick  --out docs/      # the committed numbers; target: under 10 min on 2 idle cores, cold
+    python bench/eval.py --quick  --out docs/      # one seed; target: under 10 min on 2 idle cores, cold
+    python bench/eval.py --quick --seeds 3 --out docs/   # the committed numbers: every set with 3 seeds
     python bench/eval.py --tiny   --out /tmp/ev    # the end-to-end smoke configuration tests/test_eval.py runs
     python bench/eval.py --full   --out docs/      # 16k..1M (add --long for 10M); hours on a CPU
 
@@ -535,8 +536,17 @@ def fmt(x, pct=True) -> str:
     return f"{100 * x:.0f}%" if pct else f"{x:.2f}"
 
 
+def set_family(name: str) -> str:
+    """The set a row belongs to, over seeds: needle-1024-s2 (the second seed's haystack) counts as needle-1024."""
+    return re.sub(r"-s\d+$", "", name)
+
+
 def answered(rows: list[dict], **match) -> list[dict]:
-    return [r for r in rows if r.get("answer") is not None and all(r.get(k) == v for k, v in match.items())]
+    """Answered rows matching every key; `set` matches a whole family of seeds."""
+    def value(r: dict, k: str):
+        return set_family(r[k]) if k == "set" else r.get(k)
+
+    return [r for r in rows if r.get("answer") is not None and all(value(r, k) == v for k, v in match.items())]
 
 
 def cell(sel: list[dict]) -> str:
@@ -592,7 +602,7 @@ def kinds_table(rows: list[dict]) -> list[str]:
     lines = ["| suite | set | " + " | ".join(f"{k}: contains / F1" for k in KV_KINDS)
              + " | same answer as f16 (q8_0 / q4_0) | median s/answer (q8_0 / f16 / q4_0) |", "|" + "---|" * 7]
     conds = {"q8_0": "epi-kv", "f16": "epi-kv-f16", "q4_0": "epi-kv-q4_0"}
-    for suite, s in dict.fromkeys((r["suite"], r["set"]) for r in rows if r["condition"] in ("epi-kv-f16",
+    for suite, s in dict.fromkeys((r["suite"], set_family(r["set"])) for r in rows if r["condition"] in ("epi-kv-f16",
                                                                                                "epi-kv-q4_0")):
         by = {k: {r["qid"]: r for r in answered(rows, suite=suite, set=s, condition=c)} for k, c in conds.items()}
         present = [set(v) for v in by.values() if v]
@@ -612,7 +622,7 @@ def kinds_table(rows: list[dict]) -> list[str]:
 def k_table(rows: list[dict]) -> list[str]:
     conds = [("nb=0 text", "epi-text-nb0"), ("nb=0 kv", "epi-kv-nb0"), ("k=2 kv", "epi-kv-k2"),
              ("k=3 kv", "epi-kv"), ("k=5 kv", "epi-kv-k5"), ("k=8 kv", "epi-kv-k8"), ("k=3 text", "epi-text")]
-    sets = list(dict.fromkeys((r["suite"], r["set"]) for r in rows if r["condition"] in
+    sets = list(dict.fromkeys((r["suite"], set_family(r["set"])) for r in rows if r["condition"] in
                               ("epi-kv-k2", "epi-kv-k5", "epi-kv-k8", "epi-kv-nb0", "epi-text-nb0")))
     lines = ["| suite | set | " + " | ".join(label for label, _ in conds) + " |", "|" + "---|" * (len(conds) + 2)]
     for suite, s in sets:
@@ -686,7 +696,8 @@ def write_markdown(result: dict, path: Path, heatmap: str | None) -> None:
     md = ["# Evaluation", "",
           f"Produced by `{result['command']}` ({result['variant']} variant) on {env['machine']}, {env['cpus']} CPUs, "
           f"model {env['model']}, {result['date']}, llama.cpp threads: "
-          f"{env.get('threads') or 'engine default'}. Stage: **{result.get('stage', 'complete')}**.", "",
+          f"{env.get('threads') or 'engine default'}, seeds: {result.get('seeds', 1)} (every set generated once per "
+          f"seed, tables pool them). Stage: **{result.get('stage', 'complete')}**.", "",
           f"Wall time **{timing['wall_s'] / 60:.1f} min** ({phases}); process CPU time {timing['cpu_s'] / 60:.1f} min "
           f"(all threads). Load average (1/5/15 min) at start {timing['load_start']}, at the end "
           f"{timing['load_end']}. The machine is shared: a load above {env['cpus']} means other work ran beside "
@@ -784,12 +795,22 @@ def write_markdown(result: dict, path: Path, heatmap: str | None) -> None:
 
 # -- main -----------------------------------------------------------------------------------------------------------
 
-def build_sets(cfg: dict, count) -> list[gen.GeneratedSet]:
+def build_sets(cfg: dict, count, seeds: int = 1) -> list[gen.GeneratedSet]:
+    """Every generated set once per seed; the sets of seed i > 1 (their own haystacks, needles and questions) are
+    named and their questions numbered with an -s<i> suffix, and the tables pool them with the first seed's."""
     sets = []
-    for L in cfg["needle_lengths"]:
-        sets.append(gen.needle_document(L, cfg["depths"], SEED, count, nith=L in cfg["nith_lengths"]))
-    sets.append(gen.factrecall_document(cfg["fact_length"], cfg["fact_ns"], SEED, count))
-    sets.append(gen.nqd_corpus(cfg["nqd_n"], cfg["nqd_positions"], SEED, cfg["doc_tokens"], count))
+    for i in range(seeds):
+        seed = SEED + i
+        batch = [gen.needle_document(L, cfg["depths"], seed, count, nith=L in cfg["nith_lengths"])
+                 for L in cfg["needle_lengths"]]
+        batch.append(gen.factrecall_document(cfg["fact_length"], cfg["fact_ns"], seed, count))
+        batch.append(gen.nqd_corpus(cfg["nqd_n"], cfg["nqd_positions"], seed, cfg["doc_tokens"], count))
+        if i:
+            for gs in batch:
+                gs.name += f"-s{i + 1}"
+                for q in gs.questions:
+                    q.qid += f"-s{i + 1}"
+        sets += batch
     return sets
 
 
@@ -803,6 +824,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="docs", help="folder for evaluation.md/.json and needle_heatmap.png")
     ap.add_argument("--cache", default=None, help="cache of ingested eval stores (default: epi cache dir / eval)")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--seeds", type=int, default=1, help="generate every set with this many seeds (n x this)")
     ap.add_argument("--judge", action="store_true", help="also score every answer with the LLM-judge prompt "
                     "(EpMAN appendix C) on the bundled model (its reply forced to 'FINAL SCORE: ' then 0 or 1)")
     ap.add_argument("--no-heatmap", action="store_true")
@@ -838,10 +860,11 @@ def main(argv: list[str] | None = None) -> int:
         harness = Harness(ws, log)
     with clock("generate"):
         log(f"epi eval --{variant}: generating")
-        sets = build_sets(cfg, count)
+        sets = build_sets(cfg, count, args.seeds)
     log("ingesting (engine path; cached stores are reused)")
     with clock("ingest"):
-        suites = [open_suite(ws, gs, cfg["kv_kinds"].get(gs.name, []), cache, args.threads, log) for gs in sets]
+        suites = [open_suite(ws, gs, cfg["kv_kinds"].get(set_family(gs.name), []), cache, args.threads, log)
+                  for gs in sets]
     rows: list[dict] = []
     ingest = {f"{s.name}@{k}": h.ingest for s in suites for k, h in s.stores.items()}
 
@@ -855,7 +878,7 @@ def main(argv: list[str] | None = None) -> int:
             "environment": {"machine": platform.machine(), "cpus": os.cpu_count(),
                             "python": platform.python_version(), "model": ws.model.info.name, "threads": args.threads,
                             "model_sha256": ws.prepared.sha256},
-            "config": cfg, "conditions": {n: asdict(c) for n, c in CONDITIONS.items()}, "seed": SEED,
+            "config": cfg, "conditions": {n: asdict(c) for n, c in CONDITIONS.items()}, "seed": SEED, "seeds": args.seeds,
             "generator_version": gen.GENERATOR_VERSION,
             "haystack": "pydoc_data.topics (CPython, PSF License), sentences shuffled with the seed",
             "ingest": ingest,
@@ -886,7 +909,7 @@ def main(argv: list[str] | None = None) -> int:
                 c = CONDITIONS[cond]
                 if c.how == "ask" and c.kv not in suite.stores:
                     continue  # this set was not ingested with that block type
-                if cond in cfg["only_at"] and suite.name not in cfg["only_at"][cond]:
+                if cond in cfg["only_at"] and set_family(suite.name) not in cfg["only_at"][cond]:
                     continue
                 for q in suite.generated.questions:
                     if cond in cfg["answers"].get(q.suite, []):

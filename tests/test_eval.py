@@ -33,6 +33,23 @@ def test_generators_are_deterministic_and_plant_each_needle_once():
     assert len(d.documents) == 6 and [q.params["position"] for q in d.questions] == [0, 5]
 
 
+def test_seeds_make_distinct_sets_that_pool_by_family():
+    import eval as ev
+
+    cfg = ev.CONFIGS["tiny"]
+    sets = ev.build_sets(cfg, gen.approx_tokens, seeds=2)
+    names = [s.name for s in sets]
+    assert len(names) == len(set(names)) == 2 * len(ev.build_sets(cfg, gen.approx_tokens))
+    second = [s for s in sets if s.name.endswith("-s2")]
+    assert second and all(q.qid.endswith("-s2") for s in second for q in s.questions)
+    first = {ev.set_family(s.name): s for s in sets if not s.name.endswith("-s2")}
+    for s in second:
+        assert s.documents != first[ev.set_family(s.name)].documents  # another seed, another haystack
+    rows = [{"set": "needle-400", "suite": "passkey", "answer": "x"}, {"set": "needle-400-s2", "suite": "passkey",
+                                                                       "answer": "y"}]
+    assert len(ev.answered(rows, set="needle-400")) == 2
+
+
 @pytest.mark.slow
 def test_tiny_eval_runs_end_to_end(tmp_path):
     out, cache = tmp_path / "out", tmp_path / "cache"
