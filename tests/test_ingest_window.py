@@ -1,6 +1,7 @@
-"""The ingest pass's sliding window on the REAL bundled model: before each batch it is cut back to the sinks plus the
-`local` most recent tokens (which tokens it holds is read back from the cache), it keeps what an undecided event
-still needs, and its context is sized to what it keeps."""
+"""The ingest pass's sliding window on the REAL bundled model: it reads the document behind the answer prompt's sink
+(the first batch equals one prefill of sink + document; a second document keeps the decoded sink), before each
+batch it is cut back to the sink plus the `local` most recent tokens (which tokens it holds is read back from the
+cache), it keeps what an undecided event still needs, and its context is sized to what it keeps."""
 from __future__ import annotations
 
 import numpy as np
@@ -15,8 +16,10 @@ from episodic_cli.engine.segment import SegmentParams
 from episodic_cli.engine import kv_memory as K
 from episodic_cli.engine.event_keys import rope_params, unrotated_keys
 from episodic_cli.engine.kv_capture import read_window
+from episodic_cli.engine.kv_mode import sink_tokens
+from episodic_cli.native import reference
 
-SMALL = SegmentParams(n_sink=16, local=96, min_tokens=32, max_tokens=64)
+SMALL = SegmentParams(local=96, min_tokens=32, max_tokens=64)
 N_TOKENS = 2 * INGEST_BATCH + 76  # three batches: the second and third start after an eviction
 
 
@@ -26,13 +29,18 @@ def tokens(engine):
 
 
 @pytest.fixture(scope="module")
-def session(engine):
-    s = LlamaSession(engine.model, n_ctx=ingest_context(SMALL), n_threads=1, n_seq_max=2)  # 1 thread: test_kv_memory
+def sink(engine):
+    return sink_tokens(engine.model)
+
+
+@pytest.fixture(scope="module")
+def session(engine, sink):
+    s = LlamaSession(engine.model, n_ctx=ingest_context(SMALL, len(sink)), n_threads=1, n_seq_max=2)  # see kv_memory
     yield s
     s.close()
 
 
-def _pass(session, tokens, keep_back: int | None = None):
+def _pass(session, sink, tokens, keep_back: int | None = None):
     """Run surprise_pass; after each batch record (known, offset, cells held). keep_back: report an undecided event
     starting that many tokens before the end of the batch (None: nothing pending)."""
     seen = []
@@ -42,15 +50,19 @@ def _pass(session, tokens, keep_back: int | None = None):
         seen.append((known, session._offset, held))
         return known if keep_back is None else max(known - keep_back, 0)
 
-    surprise = session.surprise_pass(tokens, SMALL.n_sink, SMALL.local, None, on_decoded)
+    surprise = session.surprise_pass(tokens, sink, SMALL.local, None, on_decoded)
     return surprise, seen
 
 
-def test_context_is_sinks_local_and_one_batch(engine):
-    assert ingest_context(SMALL) == 768  # 16 + 96 + 512 = 624, padded to llama.cpp's 256-cell steps
-    assert ingest_context(SegmentParams()) == 1280  # the default keeps 128 sinks + 640 tokens + a 512-token batch
+def test_context_is_sink_local_and_one_batch():
+    assert ingest_context(SMALL, 16) == 768  # 16 + 96 + 512 = 624, padded to llama.cpp's 256-cell steps
+    assert ingest_context(SegmentParams(), 61) == 1280  # the bundled model's 61-token sink + 640 + a 512-token batch
     # an undecided event may reach back max_tokens: the context grows for long events rather than failing them
-    assert ingest_context(SegmentParams(local=96, max_tokens=1024)) >= 128 + 1024 + INGEST_BATCH
+    assert ingest_context(SegmentParams(local=96, max_tokens=1024), 61) >= 61 + 1024 + INGEST_BATCH
+
+
+def _fresh_session(engine, sink):
+    return LlamaSession(engine.model, n_ctx=ingest_context(SMALL, len(sink)), n_threads=1, n_seq_max=2)
 
 
 def _layer0_keys(block, rope) -> np.ndarray:
@@ -60,37 +72,58 @@ def _layer0_keys(block, rope) -> np.ndarray:
     return unrotated_keys(block.k[0][order], block.positions[order], rope)
 
 
-def test_each_batch_sees_exactly_the_sinks_and_the_local_span(engine, session, tokens):
-    _, seen = _pass(session, tokens)
-    n_sink, local, n = SMALL.n_sink, SMALL.local, len(tokens)
-    # cells held after each batch: the first batch alone, then sinks + local + the batch, each time
-    assert [held for _, _, held in seen] == [INGEST_BATCH, n_sink + local + INGEST_BATCH, n_sink + local + 76]
+def test_first_batch_is_the_model_reading_the_sink_then_the_document(engine, session, sink, tokens):
+    tokens = tokens[: INGEST_BATCH + 8]  # the first batch, and a second to show the pass goes on
+    surprise, _ = _pass(session, sink, tokens)
+    V = engine.model.info.n_vocab
+    fresh = _fresh_session(engine, sink)
+    try:  # no eviction yet: the first batch must match one prefill of sink + document, token 0 included
+        context = np.concatenate([sink, tokens[: INGEST_BATCH - 1]])
+        want = np.zeros(len(context), dtype=np.int8)
+        want[len(sink) - 1 :] = 1
+        fresh.decode(context[:INGEST_BATCH], 0, want[:INGEST_BATCH])
+        rows_a = np.ctypeslib.as_array(L.llama_get_logits(fresh.ctx), shape=(int(want[:INGEST_BATCH].sum()), V)).copy()
+        fresh.decode(context[INGEST_BATCH:], INGEST_BATCH, want[INGEST_BATCH:])
+        rows_b = np.ctypeslib.as_array(L.llama_get_logits(fresh.ctx), shape=(int(want[INGEST_BATCH:].sum()), V)).copy()
+    finally:
+        fresh.close()
+    expected = reference.surprise(np.concatenate([rows_a, rows_b]), tokens[:INGEST_BATCH])
+    np.testing.assert_allclose(surprise[:INGEST_BATCH], expected, atol=2e-3)
+    again, _ = _pass(session, sink, tokens)  # a second document keeps the decoded sink: same numbers
+    np.testing.assert_allclose(again, surprise, atol=2e-3)
+
+
+def test_each_batch_sees_exactly_the_sink_and_the_local_span(engine, session, sink, tokens):
+    _, seen = _pass(session, sink, tokens)
+    p, local, n = len(sink), SMALL.local, len(tokens)
+    # cells held after each batch: sink + the first batch, then sink + local + the batch, each time
+    assert [held for _, _, held in seen] == [p + INGEST_BATCH, p + local + INGEST_BATCH, p + local + 76]
     assert L.llama_memory_seq_pos_min(session.memory, 0) == 0  # positions stay compact from 0
-    # Which tokens: the sinks, then the last local + 76 tokens of the document (layer-0 keys identify them).
+    # Which tokens: the sink, then the last local + 76 tokens of the document (layer-0 keys identify them).
     offset = seen[-1][1]
-    assert n - (n_sink + offset) == local + 76
+    assert n - offset == local + 76
     rope = rope_params(engine.model)
-    held = np.concatenate([_layer0_keys(read_window(session, 0, n_sink), rope),
-                           _layer0_keys(read_window(session, n_sink + offset, n), rope)])
-    fresh = LlamaSession(engine.model, n_ctx=ingest_context(SMALL), n_threads=1, n_seq_max=2)
+    held = np.concatenate([_layer0_keys(K.parse_state_blob(K.capture_block(session, 0, 0, p)), rope),
+                           _layer0_keys(read_window(session, offset, n), rope)])
+    fresh = _fresh_session(engine, sink)
     try:
         def keys_of(toks):
             fresh.clear()
             fresh.decode(toks, 0)
             return _layer0_keys(K.parse_state_blob(K.capture_block(fresh, 0, 0, len(toks))), rope)
 
-        expected = keys_of(np.concatenate([tokens[:n_sink], tokens[n_sink + offset:]]))
-        one_off = keys_of(np.concatenate([tokens[:n_sink], tokens[n_sink + offset - 1 : n - 1]]))
+        expected = keys_of(np.concatenate([sink, tokens[offset:]]))
+        one_off = keys_of(np.concatenate([sink, tokens[offset - 1 : n - 1]]))
     finally:
         fresh.close()
-    tail = slice(n_sink, None)
+    tail = slice(p, None)
     assert np.abs(held - expected).max() < 0.1  # F16 rounding of the keys llama.cpp re-rotated when it shifted them
     assert np.abs(held[tail] - one_off[tail]).max() > 1.0  # the check can tell a window off by one token
 
 
-def test_tokens_an_undecided_event_needs_are_kept(session, tokens):
-    _, seen = _pass(session, tokens, keep_back=200)
+def test_tokens_an_undecided_event_needs_are_kept(session, sink, tokens):
+    _, seen = _pass(session, sink, tokens, keep_back=150)
     held_before_last = seen[-1][2] - 76
-    assert held_before_last == SMALL.n_sink + 200 - 1  # 200 > local: the window kept the event's tokens
+    assert held_before_last == len(sink) + 150 - 1  # 150 > local: the window kept the event's tokens
     with pytest.raises(EpiError, match="ingest window too small"):
-        _pass(session, tokens, keep_back=10_000)  # an event reaching back past the context cannot be kept
+        _pass(session, sink, tokens, keep_back=10_000)  # an event reaching back past the context cannot be kept

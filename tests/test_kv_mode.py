@@ -124,3 +124,24 @@ def test_the_sink_block_is_stored_once_and_rebuilt_when_damaged(engine, shared_s
         assert len(decoded) == 2 and decode_block(sink.read_bytes(), "f16").n_cells > 0
     ws.close()
     assert built.text == loaded.text == rebuilt.text
+
+
+def test_blocks_follow_the_sink_they_were_computed_behind(engine, shared_store):
+    """The ingest pass reads every document behind kv mode's sink: the answer's first part is those very tokens, and a
+    document's first block was captured at the positions right behind it."""
+    from episodic_cli.engine.kv_mode import sink_tokens
+
+    ws = workspace_for(engine, shared_store.store_dir)
+    with Store.open_existing(shared_store.store_dir) as st:
+        got = ws.retrieve(st, TEXT_QUESTION, 1)
+        parts = ws.answerer("kv")._plan(TEXT_QUESTION, got, None, None)
+        assert list(parts[0].tokens) == list(sink_tokens(engine.model))
+        doc = got[0].document
+        first = min(st.events_of(doc.id), key=lambda e: e.ordinal)
+        reader = KVBlockReader(st.kv_block_path)
+        try:
+            block = decode_block(reader.read(first.kv_offset, event_id=first.ordinal, length=first.kv_length).payload)
+        finally:
+            reader.close()
+    ws.close()
+    assert block.positions.min() == len(parts[0].tokens)  # document token 0 sat right behind the sink

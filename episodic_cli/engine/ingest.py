@@ -19,6 +19,7 @@ from .errors import EpiError
 from .event_keys import representative_keys, rope_params, similarity_keys
 from .kv_capture import BlockCapture, read_window
 from .kv_memory import ParsedBlock
+from .kv_mode import sink_tokens
 from .llama_backend import INGEST_BATCH, LlamaModel, LlamaSession
 from .segment import SegmentParams, StreamingSegmenter, clean_cut_mask
 from .sources import Skipped, SourceDocument, file_sha256, load_document
@@ -80,12 +81,12 @@ def token_char_offsets(doc_text: str, token_pieces: list[bytes]) -> np.ndarray:
     return np.round(byte_offsets / max(byte_offsets[-1], 1) * len(doc_text)).astype(np.int64)
 
 
-def ingest_context(params: SegmentParams) -> int:
-    """Cells of the ingest pass's context: the sinks, the local span (or an undecided event, which reaches back at
+def ingest_context(params: SegmentParams, n_sink: int) -> int:
+    """Cells of the ingest pass's context: the sink, the local span (or an undecided event, which reaches back at
     most max_tokens), and one batch, rounded up to llama.cpp's 256-cell padding. Sized to what the pass keeps, not
     larger: llama.cpp attends over every cell up to the highest one in use, live or not, so in a bigger context the
     sliding window's scattered cells would cost attention over the whole context."""
-    cells = params.n_sink + max(params.local, params.max_tokens + 16) + INGEST_BATCH
+    cells = n_sink + max(params.local, params.max_tokens + 16) + INGEST_BATCH
     return -(-cells // 256) * 256
 
 
@@ -104,8 +105,10 @@ class Ingestor:
         self.params = params
         self.capture = capture  # None: text mode only, no KV blocks are stored
         self.rope = rope_params(model)
+        self.sink = sink_tokens(model)
         # n_seq_max 2: sequence 1 stages each event's cells while its KV block is read out.
-        self.session = LlamaSession(model, n_ctx=ingest_context(params), n_threads=n_threads, n_seq_max=2)
+        self.session = LlamaSession(model, n_ctx=ingest_context(params, len(self.sink)), n_threads=n_threads,
+                                    n_seq_max=2)
 
     def ingest(self, found_files: Iterable[tuple[Path, str] | Skipped], progress: IngestProgress | None = None
                ) -> Iterator[IngestResult]:
@@ -177,8 +180,7 @@ class Ingestor:
                 spans.append((a, b))
             return segmenter.start
 
-        surprise = self.session.surprise_pass(tokens, self.params.n_sink, self.params.local, progress.tokens_done,
-                                              on_decoded)
+        surprise = self.session.surprise_pass(tokens, self.sink, self.params.local, progress.tokens_done, on_decoded)
         offsets = token_char_offsets(doc.text, token_pieces)
         events = []
         for ordinal, ((a, b), block) in enumerate(zip(spans, blocks)):

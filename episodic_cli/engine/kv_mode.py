@@ -53,6 +53,13 @@ def kv_messages(question: str, n_blocks: int, history: list[dict[str, str]] | No
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
 
+def sink_tokens(model: LlamaModel) -> np.ndarray:
+    """The answer prompt's fixed prefix (system rules, the user turn up to "Sources:"): kv mode's sink block, and
+    the sink the ingest pass computes every block behind, so that an answer loads each block behind the very tokens
+    it was computed behind (EM-LLM's initial tokens, shared by ingest and answers)."""
+    return model.tokenize(model.apply_chat_template(kv_messages("", 1)).split(_MARK)[0], special=True)
+
+
 @dataclass(frozen=True)
 class _Part:
     """One piece of the assembled cache: text to decode, or an event's stored block (with its V weight)."""
@@ -124,7 +131,8 @@ class KVModeAnswerer:
               weights: list[float] | None) -> list[_Part]:
         rendered = self.model.apply_chat_template(kv_messages(question, len(retrieved), history))
         texts = rendered.split(_MARK)
-        parts = [_Part(("text", _digest(texts[0])), self.model.tokenize(texts[0], special=True))]
+        first = sink_tokens(self.model) if retrieved else self.model.tokenize(texts[0], special=True)
+        parts = [_Part(("text", _digest(texts[0])), first)]
         for i, r in enumerate(retrieved):
             scale = 1.0 if weights is None else float(weights[i])
             parts.append(_Part(("block", r.event.id, r.event.kv_offset, scale), retrieved=r, v_scale=scale))

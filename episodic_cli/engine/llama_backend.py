@@ -209,6 +209,9 @@ class LlamaSession:
         self._nseq = np.ctypeslib.as_array(self.batch.n_seq_id, shape=(INGEST_BATCH,))
         self._want = np.ctypeslib.as_array(self.batch.logits, shape=(INGEST_BATCH,))
         self._seq_of_slot = [-1] * INGEST_BATCH
+        self._sink: np.ndarray | None = None  # surprise_pass: the sink tokens the cache starts with
+        self._sink_len = 0
+        self._sink_logits: np.ndarray | None = None
 
     # -- decoding ---------------------------------------------------------------------------------------------
 
@@ -251,44 +254,41 @@ class LlamaSession:
 
     def clear(self) -> None:
         L.llama_memory_clear(self.memory, True)
+        self._sink = None  # surprise_pass decodes its sink again
 
     # -- the ingest pass --------------------------------------------------------------------------------------
 
     def surprise_pass(
         self,
         tokens: np.ndarray,
-        n_sink: int,
+        sink: np.ndarray,
         local: int,
         on_progress: Callable[[int], None] | None = None,
         on_decoded: Callable[[np.ndarray, int], int] | None = None,
     ) -> np.ndarray:
-        """One pass over a document with a sliding window that keeps the first `n_sink` tokens (attention sinks,
-        EM-LLM 3.1 / StreamingLLM) and returns each token's surprise -log p(x_t | x_<t) (EM-LLM eq. 1).
+        """One pass over a document after the `sink` tokens, with a sliding window that keeps the sink in place
+        (attention sinks, EM-LLM 3.1 / StreamingLLM), returning each token's surprise -log p(x_t | x_<t) (EM-LLM
+        eq. 1). The sink is the answer prompt's fixed prefix, so every block is computed after the very tokens it
+        follows when an answer loads it; it is decoded once per session and kept across documents.
 
-        Before each batch the window is cut back to the sinks plus the `local` most recent tokens, so every token
-        sees at least `local` (at most `local` + a batch) preceding tokens besides the sinks. Attention costs in
-        proportion to what the window holds, so `local` sets the pass's speed: a fixed local span costs what a
-        prefill restarted in empty windows costs on average, where a window only cut when full (llama.cpp's context
-        shift) holds far more. Tokens an undecided event still needs are never evicted (the window grows up to the
-        context size for them).
+        Before each batch the window is cut back to the sink plus the `local` most recent tokens, so every token
+        sees at least `local` (at most `local` + a batch) preceding tokens besides the sink. Attention costs in
+        proportion to the cells up to the highest one in use, so the context is sized to what the window keeps
+        (ingest.ingest_context). Tokens an undecided event still needs are never evicted.
 
         After each batch, `on_decoded(surprise, known)` may act on the cache (capture event blocks: document token t
         sits at cache position `cache_pos(t)`); surprise[:known] is final and tokens < known - 1 are decoded. It
-        returns the first document token that must stay in the cache; the window never evicts from there on.
-        Token 0 has no context; it gets the first batch's median surprise so it never triggers a boundary."""
+        returns the first document token that must stay in the cache; the window never evicts from there on."""
         n = len(tokens)
         surprise = np.zeros(n, dtype=np.float32)
-        self.clear()
-        self._n_sink = min(n_sink, self.n_ctx // 4)
-        self._offset = 0  # document token t >= n_sink sits at cache position t - offset (positions stay compact)
-        if n < 2:
-            if on_decoded and n:
-                self.decode(tokens, 0, np.zeros(n, dtype=np.int8))
-                on_decoded(surprise, n)
+        self._hold_sink(sink)
+        self._offset = 0  # document token t sits at cache position len(sink) + t - offset (positions stay compact)
+        if n == 0:
             return surprise
+        surprise[0] = native.surprise(self._sink_logits[None, :], tokens[:1])[0]  # the sink predicts token 0
         n_vocab = self.model.info.n_vocab
         keep_from = 0
-        cached = 0  # tokens in the cache == next position
+        cached = self._sink_len  # cells in the cache == next position
         for a in range(0, n, INGEST_BATCH):
             b = min(a + INGEST_BATCH, n)
             cached = self._slide_window(cached, b - a, keep_from, local)
@@ -302,31 +302,41 @@ class LlamaSession:
                 surprise[a + 1 : a + 1 + n_out] = native.surprise_at(
                     self.logits_address(), n_out, n_vocab, tokens[a + 1 : a + 1 + n_out]
                 )
-            if a == 0:
-                surprise[0] = float(np.median(surprise[1 : 1 + n_out]))
             if on_decoded:
                 keep_from = on_decoded(surprise, b + 1 if b < n else n)
             if on_progress:
                 on_progress(b - a)
         return surprise
 
+    def _hold_sink(self, sink: np.ndarray) -> None:
+        """Leave only the sink's cells in the cache: decoded once, then kept while documents come and go."""
+        if self._sink is not None and np.array_equal(self._sink, sink):
+            L.llama_memory_seq_rm(self.memory, -1, self._sink_len, -1)  # every sequence: staging leftovers too
+            return
+        if not 0 < len(sink) <= self.n_ctx // 4:
+            raise EpiError(f"the ingest sink must hold 1..{self.n_ctx // 4} tokens, not {len(sink)}")
+        self.clear()
+        self.prefill(np.asarray(sink, dtype=np.int32))
+        self._sink_logits = self.last_logits().copy()
+        self._sink, self._sink_len = np.array(sink, dtype=np.int32), len(sink)
+
     def cache_pos(self, t: int) -> int:
         """Cache position of document token t during `surprise_pass` (valid while t has not been evicted)."""
-        return t if t < self._n_sink else t - self._offset
+        return self._sink_len + t - self._offset
 
     def _slide_window(self, cached: int, incoming: int, keep_from: int, local: int) -> int:
-        """Evict the oldest non-sink tokens down to `local` of them (never a token the caller still needs, and at
+        """Evict the oldest document tokens down to `local` of them (never a token the caller still needs, and at
         least what the incoming batch needs to fit) and close the position gap (llama.cpp re-rotates K)."""
-        n_sink = self._n_sink
+        first = self._sink_len
         needed = cached + incoming - self.n_ctx
-        evictable = max(self.cache_pos(max(keep_from, n_sink)) - n_sink, 0)
-        discard = max(needed, min(cached - n_sink - local, evictable))
+        evictable = max(self.cache_pos(keep_from) - first, 0)
+        discard = max(needed, min(cached - first - local, evictable))
         if discard > evictable:
             raise EpiError("ingest window too small for the pending event; lower --max-tokens")
         if discard <= 0:
             return cached
-        L.llama_memory_seq_rm(self.memory, 0, n_sink, n_sink + discard)
-        L.llama_memory_seq_add(self.memory, 0, n_sink + discard, cached, -discard)
+        L.llama_memory_seq_rm(self.memory, 0, first, first + discard)
+        L.llama_memory_seq_add(self.memory, 0, first + discard, cached, -discard)
         self._offset += discard
         return cached - discard
 

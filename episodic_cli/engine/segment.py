@@ -30,8 +30,7 @@ class SegmentParams:
     min_tokens: int = 160
     max_tokens: int = 448
     snap_radius: int = 48     # how far a boundary may move to reach a sentence or line end
-    n_sink: int = 128         # attention-sink tokens kept in the ingest window (EM-LLM 3.1)
-    local: int = 640          # ingest pass: preceding tokens every token sees at least, besides the sinks
+    local: int = 640          # ingest pass: preceding tokens every token sees at least, besides the sink
     refine: str = "modularity"  # boundary refinement objective (EM-LLM 3.3): modularity, conductance or none
 
     def as_dict(self) -> dict:
@@ -49,8 +48,8 @@ class SegmentParams:
             raise ValueError("need 16 <= min_tokens <= max_tokens")
         if self.tau < 2:
             raise ValueError("tau must be at least 2")
-        if self.local < 1 or self.n_sink < 0:
-            raise ValueError("need local >= 1 and n_sink >= 0")
+        if self.local < 1:
+            raise ValueError("local must be at least 1")
         if self.refine not in REFINE_METHODS:
             raise ValueError(f"refine must be one of {', '.join(REFINE_METHODS)}")
 
