@@ -781,10 +781,10 @@ def write_markdown(result: dict, path: Path, heatmap: str | None) -> None:
                               "\"FINAL SCORE: \" then the likelier of 0/1; lenient and weak, a cross-check only): "
                               "the `judge` figure in answer cells." if result.get("judge") else
                               "not run (opt-in `--judge`); exact / contains / F1 only."),
-           f"- Greedy answers, each question asked once; n is 1-3 per cell in the quick variant, so a cell "
-           "difference of one question is not a finding: these tables show that every comparison runs end to end "
-           "through epi, and where kv and text mode disagree.",
-           f"- Time: the quick variant targets under 10 min on 2 idle cores from a cold cache; this run took "
+           f"- Greedy answers, each question asked once; n is 1-3 per cell and seed in the quick variant "
+           f"({result.get('seeds', 1)} seed(s) here), so a cell difference of one question is not a finding: these "
+           "tables show that every comparison runs end to end through epi, and where kv and text mode disagree.",
+           f"- Time: the quick variant targets under 10 min per seed on 2 idle cores from a cold cache; this run took "
            f"{result['timing']['wall_s'] / 60:.1f} min at load {result['timing']['load_end']} (header).",
            f"- This {result['variant']} variant keeps haystacks short so it finishes in minutes; the "
            "16k..1M grid (10M with --long) is `--full`" + (", not run for this page." if result["variant"] != "full"
