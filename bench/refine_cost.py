@@ -28,6 +28,7 @@ from episodic_cli.engine.segment import SegmentParams
 from episodic_cli.engine.sources import discover
 from episodic_cli.engine.workspace import Workspace
 from episodic_cli.store import Store
+from ingest_throughput import haystack
 
 
 class RefineMeter:
@@ -66,9 +67,7 @@ class RefineMeter:
 
 def document(n_tokens: int, ws: Workspace) -> str:
     """The first `n_tokens` tokens of the topics prose, cut at a token boundary."""
-    from pydoc_data.topics import topics
-
-    text = "\n\n".join(topics[k] for k in sorted(topics))[: 8 * n_tokens]
+    text = haystack(8 * n_tokens)
     tokens = ws.model.tokenize(text)
     table = ws.model.pieces()
     offsets = token_char_offsets(text, [table[t] for t in tokens])

@@ -35,7 +35,7 @@ def sink(engine):
 
 @pytest.fixture(scope="module")
 def session(engine, sink):
-    s = LlamaSession(engine.model, n_ctx=ingest_context(SMALL, len(sink)), n_threads=1, n_seq_max=2)  # see kv_memory
+    s = _fresh_session(engine, sink)
     yield s
     s.close()
 
@@ -62,6 +62,7 @@ def test_context_is_sink_local_and_one_batch():
 
 
 def _fresh_session(engine, sink):
+    """An ingest-sized context; one llama.cpp thread (see test_kv_memory: two spin on a busy machine)."""
     return LlamaSession(engine.model, n_ctx=ingest_context(SMALL, len(sink)), n_threads=1, n_seq_max=2)
 
 

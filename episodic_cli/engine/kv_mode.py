@@ -131,8 +131,8 @@ class KVModeAnswerer:
               weights: list[float] | None) -> list[_Part]:
         rendered = self.model.apply_chat_template(kv_messages(question, len(retrieved), history))
         texts = rendered.split(_MARK)
-        first = sink_tokens(self.model) if retrieved else self.model.tokenize(texts[0], special=True)
-        parts = [_Part(("text", _digest(texts[0])), first)]
+        # With blocks, texts[0] is the question-free prefix `sink_tokens` renders (the ingest sink), tokenized alike.
+        parts = [_Part(("text", _digest(texts[0])), self.model.tokenize(texts[0], special=True))]
         for i, r in enumerate(retrieved):
             scale = 1.0 if weights is None else float(weights[i])
             parts.append(_Part(("block", r.event.id, r.event.kv_offset, scale), retrieved=r, v_scale=scale))
