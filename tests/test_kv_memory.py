@@ -277,3 +277,57 @@ def test_load_order_and_staging_guards(kv, llm):
     assert L.llama_memory_seq_pos_max(s.memory, K.STAGING_SEQ) == -1
     assert L.llama_memory_seq_pos_max(s.memory, 0) == BLOCK - 1  # a refused block leaves the destination alone
     s.clear()
+
+
+# ------------------------------------------------------------------------------------------------ lead (skip)
+
+LEAD = 16
+
+
+def _load_with_lead(session, text, blobs, block_ids) -> int:
+    """Load `blobs` packed from 0, each block after the first re-reading its first LEAD tokens (decoded afresh behind
+    what is already loaded) and loading only the rest of its cells: kv mode's selective recompute."""
+    session.clear()
+    end = K.load_block(session, blobs[0], 0, 0)
+    for blk, i in zip(blobs[1:], block_ids[1:]):
+        session.decode(text[i * BLOCK : i * BLOCK + LEAD], end)
+        end = K.load_block(session, blk, 0, end + LEAD, skip=LEAD)
+        assert L.llama_memory_seq_pos_max(session.memory, K.STAGING_SEQ) == -1
+    return end
+
+
+def test_a_lead_decoded_afresh_in_the_original_context_reproduces_the_pass(kv, llm):
+    """Every block in place, blocks 1 and 2 with their first tokens decoded again behind the blocks before them (the
+    same context they had): the probe's logits match the original pass up to batch-size rounding."""
+    _, s = llm
+    end = _load_with_lead(s, kv["text"], kv["blobs"], [0, 1, 2])
+    assert end == len(kv["text"])
+    diff, agree = _compare(_probe_logits(s, kv["probe"], end), kv["ref"])
+    print(f"\n[kv] blocks with a {LEAD}-token lead at original positions: max |dlogit| {diff:.4f}, argmax {agree:.3f}")
+    assert agree == 1.0 and diff < 0.1  # measured 0.038: the lead was decoded in a 16-token batch, not 384
+
+
+def test_a_lead_brings_packed_blocks_closer_to_re_reading_their_text(kv, llm):
+    """Blocks 0 and 2 packed: block 2 was computed behind block 1, which is gone. Re-reading its first tokens behind
+    block 0 moves the probe's logits toward a prefill of the packed text (what text mode computes)."""
+    _, s = llm
+    end = _load_with_lead(s, kv["text"], [kv["blobs"][0], kv["blobs"][2]], [0, 2])
+    assert end == 2 * BLOCK
+    with_lead = _probe_logits(s, kv["probe"], end)
+    ref = kv["packed_ref"]
+    before = float(np.abs(kv["packed"] - ref).mean())
+    after = float(np.abs(with_lead - ref).mean())
+    print(f"\n[kv] packed vs re-read text: mean |dlogit| {before:.4f} without a lead, {after:.4f} with a {LEAD}-token "
+          f"lead; argmax {_compare(kv['packed'], ref)[1]:.3f} -> {_compare(with_lead, ref)[1]:.3f}")
+    assert after < before
+
+
+def test_skip_is_bounded_and_leaves_staging_empty(kv, llm):
+    _, s = llm
+    s.clear()
+    with pytest.raises(ValueError, match="cannot skip"):
+        K.load_block(s, kv["blobs"][0], 0, 0, skip=BLOCK)
+    assert L.llama_memory_seq_pos_max(s.memory, K.STAGING_SEQ) == -1
+    assert L.llama_memory_seq_pos_max(s.memory, 0) == -1
+    assert K.load_block(s, kv["blobs"][0], 0, 0, skip=BLOCK - 1) == 1  # the last cell alone, moved to position 0
+    s.clear()
