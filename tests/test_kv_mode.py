@@ -106,24 +106,22 @@ def test_the_sink_block_is_stored_once_and_rebuilt_when_damaged(engine, shared_s
     ws = workspace_for(engine, shared_store.store_dir)
     answerer = ws.answerer("kv")
     answerer.sink_dir = tmp_path / "sinks"
-    decoded = []  # (position, length) of every prefill; the sink is the one at position 0
+    decoded = []
     prefill = answerer.session.prefill
-    answerer.session.prefill = lambda tokens, pos=0: decoded.append((pos, len(tokens))) or prefill(tokens, pos)
-    sink_decoded = lambda: [n for pos, n in decoded if pos == 0]
+    answerer.session.prefill = lambda tokens, pos=0: decoded.append(len(tokens)) or prefill(tokens, pos)
     with Store.open_existing(shared_store.store_dir) as st:
-        built = kv_answer(ws, st, TEXT_QUESTION)  # decodes the sink, the headings and the question part
+        built = kv_answer(ws, st, TEXT_QUESTION)  # decodes the sink and the question part, stores the sink
         (sink,) = (tmp_path / "sinks").iterdir()
-        assert len(sink_decoded()) == 1 and decode_block(sink.read_bytes(), "f16").n_cells == sink_decoded()[0]
-        n_decodes = len(decoded)
+        assert len(decoded) == 2 and decode_block(sink.read_bytes(), "f16").n_cells == decoded[0]
         answerer.reset()
         decoded.clear()
-        loaded = kv_answer(ws, st, TEXT_QUESTION)  # the sink comes from disk: one decode fewer
-        assert sink_decoded() == [] and len(decoded) == n_decodes - 1
+        loaded = kv_answer(ws, st, TEXT_QUESTION)  # the sink comes from disk: only the question part is decoded
+        assert len(decoded) == 1
         sink.write_bytes(b"not a block")
         answerer.reset()
         decoded.clear()
         rebuilt = kv_answer(ws, st, TEXT_QUESTION)
-        assert len(sink_decoded()) == 1 and decode_block(sink.read_bytes(), "f16").n_cells > 0
+        assert len(decoded) == 2 and decode_block(sink.read_bytes(), "f16").n_cells > 0
     ws.close()
     assert built.text == loaded.text == rebuilt.text
 
@@ -147,33 +145,3 @@ def test_blocks_follow_the_sink_they_were_computed_behind(engine, shared_store):
             reader.close()
     ws.close()
     assert block.positions.min() == len(parts[0].tokens)  # document token 0 sat right behind the sink
-
-
-def test_kv_prompt_is_text_modes_prompt_with_blocks_in_place_of_the_sources(engine, shared_store):
-    """Same headings, same order, same question: only the sources' text is replaced by their blocks (and the sink
-    part ends where the first heading starts)."""
-    from episodic_cli.engine.answer import build_messages, citation
-    from episodic_cli.engine.kv_mode import _MARK, kv_messages
-
-    ws = workspace_for(engine, shared_store.store_dir)
-    with Store.open_existing(shared_store.store_dir) as st:
-        got = ws.retrieve(st, TEXT_QUESTION, 2)
-    ws.close()
-    assert len(got) >= 2
-    model = engine.model
-    pieces = model.apply_chat_template(kv_messages(TEXT_QUESTION, [citation(r) for r in got])).split(_MARK)
-    assert len(pieces) == len(got) + 2 and pieces[0].endswith("Sources:\n\n") and pieces[1].startswith("[1] ")
-    filled = pieces[0] + "".join(head + r.event.text.strip() for head, r in zip(pieces[1:-1], got)) + pieces[-1]
-    assert filled == model.apply_chat_template(build_messages(TEXT_QUESTION, got))
-
-
-def test_lead_tokens_only_when_the_text_tokenizes_to_the_block():
-    import numpy as np
-
-    from episodic_cli.engine.kv_mode import LEAD_TOKENS, lead_tokens
-
-    tokens = np.arange(40, dtype=np.int32)
-    assert list(lead_tokens(tokens, 40)) == list(range(LEAD_TOKENS))
-    assert list(lead_tokens(tokens[:5], 5)) == [0, 1, 2, 3]  # a short block keeps its last cell
-    assert len(lead_tokens(tokens, 41)) == 0  # re-tokenized differently: its first cells may hold other tokens
-    assert len(lead_tokens(tokens[:1], 1)) == 0

@@ -390,10 +390,9 @@ def capture_block(session, seq: int, p0: int, p1: int, staging: int = STAGING_SE
 
 
 def load_block(session, block: bytes | bytearray | memoryview | np.ndarray | ParsedBlock, dest_seq: int,
-               new_p0: int, staging: int = STAGING_SEQ, skip: int = 0) -> int:
+               new_p0: int, staging: int = STAGING_SEQ) -> int:
     """Put a block's cells into `dest_seq` with its first position moved to `new_p0`; returns the position after the
-    block (where the next block or the next decode on `dest_seq` must start). `skip` leaves out the cells of the
-    block's first `skip` positions (the caller decoded those tokens afresh): the rest starts at `new_p0`.
+    block (where the next block or the next decode on `dest_seq` must start).
 
     Blocks go in position order: `new_p0` must be pos_max(dest_seq) + 1 unless `dest_seq` is empty. K is re-rotated
     to the new positions by llama.cpp inside the next decode (K-shift)."""
@@ -416,11 +415,6 @@ def load_block(session, block: bytes | bytearray | memoryview | np.ndarray | Par
             raise EpiError(f"llama.cpp refused a KV block ({read} of {data.nbytes} bytes read): the block does not "
                            "match this model/context, or the cache is full")
         lo, hi = _pos_min(session, staging), _pos_max(session, staging)
-        if skip:
-            if not 0 < skip <= hi - lo:
-                raise ValueError(f"cannot skip {skip} of the block's {hi - lo + 1} positions")
-            L.llama_memory_seq_rm(mem, staging, lo, lo + skip)
-            lo += skip
         delta = new_p0 - lo
         if delta:
             L.llama_memory_seq_add(mem, staging, -1, -1, delta)

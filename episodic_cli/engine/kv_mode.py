@@ -2,16 +2,11 @@
 
 The prompt is the chat template rendered around placeholders, in three parts:
 
-    [sink: system rules + "Sources:"] ["[1] citation" lead | block] ["[2] citation" lead | block] ... ["Question: ..."]
+    [sink: system rules + "Sources:"] [block] [block] ... ["Question: ..." + assistant header]
 
-the same prompt text mode decodes, with each source's text replaced by its stored block.
 * The sink (EM-LLM's attention-sink block, shared by every answer) is decoded once per model and prompt version
   and kept as an f16 block in the cache directory, so a fresh `epi ask` loads it instead of decoding it.
 * Each retrieved event's block is loaded at the next position in document order (llama.cpp re-rotates K: K-shift).
-  Before it, its heading and its first LEAD_TOKENS tokens are decoded afresh (selective recompute, as CacheBlend and
-  EPIC do): a block was computed behind its own document, so nothing in it has seen its heading or the blocks
-  before it; the re-read lead ties it to them. Measured on the passkey/NITH grid (36 questions): blocks alone 13,
-  with headings 14, with headings and a 16-token lead 16, text mode 17.
 * Only the question part is decoded. Earlier chat turns go there too, after the blocks, so that the sink and the
   blocks stay a stable prefix: in `epi chat` a follow-up keeps whatever prefix of the cache it shares with the
   previous question and loads only what changed.
@@ -32,7 +27,7 @@ import numpy as np
 from ..store import StoreError
 from ..store.kv_blocks import BlockCorruptError, KVFileHeader
 from ..store.kv_current import CurrentBlockReader
-from .answer import ANSWER_TOKENS, SYSTEM_PROMPT, Answer, citation, clean_question, stream_into
+from .answer import ANSWER_TOKENS, SYSTEM_PROMPT, Answer, clean_question, stream_into
 from .kv_memory import KVFormatError, capture_block, decode_block, encode_block, load_block, parse_state_blob, \
     state_blob_from_payload
 from .llama_backend import LlamaModel, LlamaSession
@@ -40,22 +35,19 @@ from .retrieve import RetrievedEvent
 
 _MARK = "\x1f"  # splits the rendered template at block places; no document or question text keeps control characters
 TOO_BIG = "the retrieved events do not fit the answer context; lower -k"
-LEAD_TOKENS = 16  # of each block, decoded behind its heading instead of loaded (4 helped less: 14 of 36 vs 16)
 EPMAN_FLOOR = 0.9  # EpMAN's weights are relative; keeping them in [0.9, 1.0] nudges attention without silencing a block
 
 
-def kv_messages(question: str, headings: list[str], history: list[dict[str, str]] | None = None
-                ) -> list[dict[str, str]]:
-    """kv mode's prompt: text mode's numbered sources ("[i] heading", then the source) with a mark where each
-    source's block goes and one after "Sources:" (where the sink ends); earlier turns follow the blocks."""
+def kv_messages(question: str, n_blocks: int, history: list[dict[str, str]] | None = None) -> list[dict[str, str]]:
+    """kv mode's prompt: the sources are the blocks themselves (no per-source headers: every decoded token between
+    blocks costs time, and epi shows the citations beside the answer); earlier turns follow the blocks."""
     question = clean_question(question)
     earlier = "".join(
         f"{'User' if m['role'] == 'user' else 'You'}: {clean_question(m['content']).strip()}\n" for m in history or []
     )
     earlier = f"Earlier in this conversation:\n{earlier}\n" if earlier else ""
-    if headings:
-        sources = "\n\n".join(f"[{i}] {clean_question(h)}\n{_MARK}" for i, h in enumerate(headings, 1))
-        user = f"Sources:\n\n{_MARK}{sources}\n\n{earlier}Question: {question}"
+    if n_blocks:
+        user = f"Sources:\n\n{_MARK * (n_blocks + 1)}\n\n{earlier}Question: {question}"
     else:
         user = f"(No sources were found in the archive.)\n\n{earlier}Question: {question}"
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
@@ -65,16 +57,15 @@ def sink_tokens(model: LlamaModel) -> np.ndarray:
     """The answer prompt's fixed prefix (system rules, the user turn up to "Sources:"): kv mode's sink block, and
     the sink the ingest pass computes every block behind, so that an answer loads each block behind the very tokens
     it was computed behind (EM-LLM's initial tokens, shared by ingest and answers)."""
-    return model.tokenize(model.apply_chat_template(kv_messages("", ["-"])).split(_MARK)[0], special=True)
+    return model.tokenize(model.apply_chat_template(kv_messages("", 1)).split(_MARK)[0], special=True)
 
 
 @dataclass(frozen=True)
 class _Part:
-    """One piece of the assembled cache: text to decode, or an event's stored block (with its V weight) and the
-    heading decoded before it."""
+    """One piece of the assembled cache: text to decode, or an event's stored block (with its V weight)."""
 
     key: tuple
-    tokens: np.ndarray | None = None  # the text, or the block's heading
+    tokens: np.ndarray | None = None
     retrieved: RetrievedEvent | None = None
     v_scale: float = 1.0
 
@@ -109,8 +100,13 @@ class KVModeAnswerer:
         self._layout = self._layout[:keep]
         for i, part in enumerate(parts[keep:], keep):
             if part.retrieved is not None:
-                pos = self._append(part.key, self._place_event(part, pos, max_tokens))
-                continue
+                loaded = self._load(part, pos)
+                if loaded is None:  # fallback: re-read this event's text
+                    text = part.retrieved.event.text
+                    part = _Part(("text", _digest(text)), self.model.tokenize(text))
+                else:
+                    pos = self._append(part.key, loaded)
+                    continue
             sink = i == 0 and len(parts) > 1  # a prompt without blocks is decoded whole, no sink
             if sink and self._load_sink(part.tokens):
                 pos = self._append(part.key, len(part.tokens))
@@ -133,15 +129,13 @@ class KVModeAnswerer:
 
     def _plan(self, question: str, retrieved: list[RetrievedEvent], history: list[dict[str, str]] | None,
               weights: list[float] | None) -> list[_Part]:
-        rendered = self.model.apply_chat_template(kv_messages(question, [citation(r) for r in retrieved], history))
+        rendered = self.model.apply_chat_template(kv_messages(question, len(retrieved), history))
         texts = rendered.split(_MARK)
-        # With blocks, texts[0] is the question-free prefix `sink_tokens` renders (the ingest sink), tokenized alike;
-        # texts[i] is the heading of block i.
+        # With blocks, texts[0] is the question-free prefix `sink_tokens` renders (the ingest sink), tokenized alike.
         parts = [_Part(("text", _digest(texts[0])), self.model.tokenize(texts[0], special=True))]
         for i, r in enumerate(retrieved):
             scale = 1.0 if weights is None else float(weights[i])
-            parts.append(_Part(("block", r.event.id, r.event.kv_offset, scale, _digest(texts[i + 1])),
-                               self.model.tokenize(texts[i + 1], special=True), retrieved=r, v_scale=scale))
+            parts.append(_Part(("block", r.event.id, r.event.kv_offset, scale), retrieved=r, v_scale=scale))
         tail = texts[-1] if retrieved else None
         if tail is not None:
             parts.append(_Part(("text", _digest(tail)), self.model.tokenize(tail, special=True)))
@@ -161,32 +155,17 @@ class KVModeAnswerer:
         self._layout.append((key, end))
         return end
 
-    def _place_event(self, part: _Part, pos: int, max_tokens: int) -> int:
-        """Decode the event's heading and lead, then load the rest of its block; a missing or damaged block falls
-        back to decoding the heading and the event's text. Returns the position after the event."""
+    def _load(self, part: _Part, pos: int) -> int | None:
         ev = part.retrieved.event
-        text = self.model.tokenize(ev.text)
-        payload = self._read_block(ev)
-        n = len(part.tokens) + (len(text) if payload is None else ev.token_end - ev.token_start)
-        if pos + n + max_tokens > self.session.n_ctx:
-            raise StoreError(TOO_BIG)
-        if payload is None:
-            return self.session.prefill(np.concatenate([part.tokens, text]), pos)
-        lead = lead_tokens(text, ev.token_end - ev.token_start)
-        pos = self.session.prefill(np.concatenate([part.tokens, lead]), pos)
-        try:
-            return load_block(self.session, state_blob_from_payload(payload, part.v_scale), 0, pos, skip=len(lead))
-        except KVFormatError as exc:
-            self.warn(f"event {ev.id}: stored KV block unusable ({exc}); reading its text instead")
-            return self.session.prefill(text[len(lead):], pos)
-
-    def _read_block(self, ev) -> bytes | None:
         if ev.kv_offset is None:
             self.warn(f"event {ev.id} has no stored KV block; reading its text instead")
             return None
         try:
-            return self.reader.read(ev.kv_offset, event_id=ev.ordinal, length=ev.kv_length).payload
-        except BlockCorruptError as exc:
+            block = self.reader.read(ev.kv_offset, event_id=ev.ordinal, length=ev.kv_length)
+            if pos + block.n_tokens + ANSWER_TOKENS > self.session.n_ctx:
+                raise StoreError(TOO_BIG)
+            return load_block(self.session, state_blob_from_payload(block.payload, part.v_scale), 0, pos)
+        except (BlockCorruptError, KVFormatError) as exc:
             self.warn(f"event {ev.id}: stored KV block unusable ({exc}); reading its text instead")
             return None
 
@@ -231,15 +210,6 @@ class KVModeAnswerer:
     def close(self) -> None:
         self.reader.close()
         self.session.close()
-
-
-def lead_tokens(text_tokens: np.ndarray, n_cells: int) -> np.ndarray:
-    """The first tokens of an event, re-read before its block in place of the block's first cells. The event's
-    text, tokenized again, gives them; only when it tokenizes to exactly the block's length (almost always: events
-    are cut at word starts) are they sure to be the tokens those cells hold, otherwise there is no lead."""
-    if len(text_tokens) != n_cells or n_cells < 2:
-        return text_tokens[:0]
-    return text_tokens[: min(LEAD_TOKENS, n_cells - 1)]
 
 
 def _digest(text: str) -> str:
