@@ -63,8 +63,8 @@ JUDGE_PROMPT = (
 
 @dataclass(frozen=True)
 class Cond:
-    """One answering condition. `how`: ask (Workspace.ask), relevance (epi's retrieval, prompt re-ordered by the
-    harness, text mode), naive, truncation, full (baselines read by the same model in text mode)."""
+    """One answering condition. `how`: ask (Workspace.ask, best hit last), docorder (epi's retrieval laid out
+    in document order by the harness, text mode), naive, truncation, full (baselines read by the same model in text mode)."""
     name: str
     label: str
     how: str = "ask"
@@ -86,7 +86,7 @@ CONDITIONS = {c.name: c for c in [
     Cond("epi-kv-k2", "epi kv mode, k=2", mode="kv", k=2),
     Cond("epi-kv-k5", "epi kv mode, k=5", mode="kv", k=5),
     Cond("epi-kv-k8", "epi kv mode, k=8", mode="kv", k=8),
-    Cond("epi-text-relevance", "epi text mode, relevance order (best last)", how="relevance"),
+    Cond("epi-text-docorder", "epi text mode, document order", how="docorder"),
     Cond("naive", "naive RAG: 200-word chunks, dense top-3", how="naive"),
     Cond("truncation", "truncation to the 8k window (head)", how="truncation"),
     Cond("full", "full context (when it fits 8k)", how="full"),
@@ -103,7 +103,7 @@ CONFIGS = {
         nqd_positions=[1], ks=[2, 3], doc_tokens=100,
         kv_kinds={"needle-400": ["q4_0"]},
         answers={"passkey": ["epi-text", "epi-kv", "epi-kv+epman", "epi-kv-q4_0", "full"],
-                 "nqd": ["epi-kv", "epi-text-relevance"]},
+                 "nqd": ["epi-kv", "epi-text-docorder"]},
         only_at={}),
     "quick": dict(
         needle_lengths=[1024, 3072], depths=[0.2, 0.5, 0.8], nith_lengths=[1024], fact_length=1024, fact_ns=[1, 3, 5],
@@ -113,7 +113,7 @@ CONFIGS = {
                              "truncation", "full"],
                  "nith": ["epi-text", "epi-kv", "epi-kv+epman"],
                  "factrecall": ["epi-text", "epi-kv", "epi-kv+epman", "epi-kv-f16", "epi-kv-q4_0"],
-                 "nqd": ["epi-text", "epi-kv", "epi-kv+epman", "epi-text-relevance", "full"]},
+                 "nqd": ["epi-text", "epi-kv", "epi-kv+epman", "epi-text-docorder", "full"]},
         only_at={**{c: ["needle-3072"] for c in _SWEEP + ["naive"]}, "full": ["needle-1024", "nqd-6"],
                    "truncation": ["needle-1024"]}),
     "full": dict(
@@ -362,23 +362,6 @@ def open_suite(ws: Workspace, gs: gen.GeneratedSet, kinds: list[str], cache: Pat
 
 # -- conditions -----------------------------------------------------------------------------------------------------
 
-def relevance_order(items: list[RetrievedEvent]) -> list[RetrievedEvent]:
-    """Ascending relevance, best hit last (Focused Learning's re-rank); a neighbour travels with the nearest hit
-    of its document, just before or after it in reading order."""
-    hits = [r for r in items if r.score is not None]
-
-    def owner(r: RetrievedEvent) -> RetrievedEvent:
-        same = [h for h in hits if h.event.document_id == r.event.document_id] or hits
-        return min(same, key=lambda h: (abs(h.event.ordinal - r.event.ordinal), h.rank))
-    groups: dict[int, list[RetrievedEvent]] = defaultdict(list)
-    for r in items:
-        groups[owner(r).event.id if r.score is None else r.event.id].append(r)
-    out = []
-    for h in sorted(hits, key=lambda h: h.score):
-        out.extend(sorted(groups[h.event.id], key=lambda r: r.event.ordinal))
-    return out
-
-
 def event_keys(got: list[RetrievedEvent]) -> list[list]:
     return [[r.document.display_path, r.event.ordinal] for r in got]
 
@@ -480,8 +463,8 @@ class Harness:
             row.update(self.ask(suite.stores[c.kv], q, c))
         else:
             t0, c0 = time.perf_counter(), time.process_time()
-            if c.how == "relevance":
-                got = relevance_order(self.ws.retrieve(suite.main.store, q.question, c.k, c.nb))
+            if c.how == "docorder":
+                got = self.ws.retrieve(suite.main.store, q.question, c.k, c.nb)  # document order, as chosen
                 row.update(mode="text", k=c.k, neighbours=c.nb, events=event_keys(got),
                            source_recall=covers([r.event.text for r in got], q.gold_text))
                 messages = build_messages(q.question, got)
@@ -711,10 +694,10 @@ def write_markdown(result: dict, path: Path, heatmap: str | None) -> None:
           "Conditions: **epi-kv** = `epi ask --mode kv` (the events' stored q8_0 KV blocks are loaded, only the "
           "question is decoded), **epi-text** = `epi ask --mode text` (the same retrieved events re-read as text); "
           "both through `Workspace.ask`, hybrid dense+FTS5 retrieval, k=3, +-1 neighbour events (BroadAttn), "
-          "document order. **+EpMAN** scales each block's V rows by its episodic weight in [0.9, 1.0] (`--epman`). "
+          "laid out best hit last. **+EpMAN** scales each block's V rows by its episodic weight in [0.9, 1.0] (`--epman`). "
           "**f16 / q4_0** = the same documents ingested with that block type (one store per type). **nb=0** = "
-          "no neighbours (NarrowAttn); **k=2/5/8** = hits. **relevance order** = epi's retrieved events laid out "
-          "best-last (text mode; kv mode has no order option). Baselines: **naive** = 200-word chunks, dense "
+          "no neighbours (NarrowAttn); **k=2/5/8** = hits. **document order** = epi's retrieved events laid out "
+          "in document order instead (text mode, the layout before 2026-11-22). Baselines: **naive** = 200-word chunks, dense "
           "MiniLM, top-3; **truncation** = the head that fits the 8k answer window; **full** = the whole "
           "document(s) when they fit 8k.", "",
           "Haystack: shuffled sentences of the Python Language Reference prose shipped with CPython "
@@ -765,7 +748,7 @@ def write_markdown(result: dict, path: Path, heatmap: str | None) -> None:
         md += ["", f"Answers that gave the real (pre-KPR) actor: {int(sum(prior))} of {len(prior)}."]
     md += ["", f"## NQd-style multi-document ({cfg['nqd_n']} documents of ~{cfg['doc_tokens']} tokens, one gold)",
            "", "Columns: gold document's position in document order (0 = first). Full context lists all documents "
-           "in order; relevance order puts the best hit last.", "",
+           "in order; epi puts the best hit last, document order keeps reading order.", "",
            *answer_table(rows, "nqd", "position", cfg["nqd_positions"], lambda g: f"pos {g}")]
     md += ["", "## Retrieval sweep (source recall, no generation)", "",
            "Fraction of questions whose gold sentence lies inside a retrieved event; k = hits, nb = neighbour "
@@ -776,7 +759,7 @@ def write_markdown(result: dict, path: Path, heatmap: str | None) -> None:
     fallbacks = sum(r.get("kv_fallbacks") or 0 for r in rows)
     md += ["", "## Limits of this page", "",
            f"- kv answers that fell back to re-reading an event's text (missing/unusable block): {fallbacks}.",
-           "- Relevance order is measured in text mode only (`Workspace.ask` lays kv blocks out in document order).",
+           "- Document order is measured in text mode only (`Workspace.ask` lays both modes out best hit last).",
            "- LLM judge: " + ("run (`--judge`: EpMAN appendix C prompt on the bundled 135M model, reply forced to "
                               "\"FINAL SCORE: \" then the likelier of 0/1; lenient and weak, a cross-check only): "
                               "the `judge` figure in answer cells." if result.get("judge") else

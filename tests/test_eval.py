@@ -75,7 +75,7 @@ def test_tiny_eval_runs_end_to_end(tmp_path):
     assert suites == {"passkey", "nith", "factrecall", "nqd"}
     answered = [r for r in data["rows"] if r.get("answer") is not None]
     assert {r["condition"] for r in answered} >= {"epi-text", "epi-kv", "epi-kv+epman", "epi-kv-q4_0", "full",
-                                                  "epi-text-relevance"}
+                                                  "epi-text-docorder"}
     for r in answered:
         assert {"exact", "contains", "f1", "source_recall", "prompt_tokens"} <= set(r)
     by = {(r["qid"], r["condition"]): r for r in answered}

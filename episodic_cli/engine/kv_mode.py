@@ -6,7 +6,8 @@ The prompt is the chat template rendered around placeholders, in three parts:
 
 * The sink (EM-LLM's attention-sink block, shared by every answer) is decoded once per model and prompt version
   and kept as an f16 block in the cache directory, so a fresh `epi ask` loads it instead of decoding it.
-* Each retrieved event's block is loaded at the next position in document order (llama.cpp re-rotates K: K-shift).
+* Each retrieved event's block is loaded at the next position, in the prompt's order (best hit last; llama.cpp
+  re-rotates K: K-shift).
 * Only the question part is decoded. Earlier chat turns go there too, after the blocks, so that the sink and the
   blocks stay a stable prefix: in `epi chat` a follow-up keeps whatever prefix of the cache it shares with the
   previous question and loads only what changed.

@@ -22,7 +22,7 @@ from .kv_mode import KVModeAnswerer, episodic_weights, has_blocks
 from .llama_backend import LlamaModel, llama_cpp_version
 from .models import PreparedModel, prepare_model
 from .paths import cache_dir, store_path
-from .retrieve import RetrievedEvent, retrieve
+from .retrieve import RetrievedEvent, relevance_order, retrieve
 from .segment import SegmentParams
 
 MODES = ("text", "kv")
@@ -157,7 +157,7 @@ class Workspace:
         if not question.strip():
             raise EpiError("the question is empty")
         started = time.perf_counter()
-        retrieved = self.retrieve(store, question, k, neighbours)
+        retrieved = relevance_order(self.retrieve(store, question, k, neighbours))  # the order the model reads
         stored = has_blocks(r.event for r in retrieved)
         if mode == "kv" and retrieved and not stored:
             raise EpiError(NO_BLOCKS)
