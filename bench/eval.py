@@ -23,7 +23,7 @@ import shlex
 import string
 import sys
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
@@ -63,8 +63,9 @@ JUDGE_PROMPT = (
 
 @dataclass(frozen=True)
 class Cond:
-    """One answering condition. `how`: ask (Workspace.ask, best hit last), docorder (epi's retrieval laid out
-    in document order by the harness, text mode), naive, truncation, full (baselines read by the same model in text mode)."""
+    """One answering condition. `how`: ask (Workspace.ask, best hit last), docorder (epi's retrieval laid out in
+    document order by the harness, text mode), naive, truncation, full (baselines read by the same model in text
+    mode)."""
     name: str
     label: str
     how: str = "ask"
@@ -694,12 +695,12 @@ def write_markdown(result: dict, path: Path, heatmap: str | None) -> None:
           "Conditions: **epi-kv** = `epi ask --mode kv` (the events' stored q8_0 KV blocks are loaded, only the "
           "question is decoded), **epi-text** = `epi ask --mode text` (the same retrieved events re-read as text); "
           "both through `Workspace.ask`, hybrid dense+FTS5 retrieval, k=3, +-1 neighbour events (BroadAttn), "
-          "laid out best hit last. **+EpMAN** scales each block's V rows by its episodic weight in [0.9, 1.0] (`--epman`). "
-          "**f16 / q4_0** = the same documents ingested with that block type (one store per type). **nb=0** = "
-          "no neighbours (NarrowAttn); **k=2/5/8** = hits. **document order** = epi's retrieved events laid out "
-          "in document order instead (text mode, the layout before 2026-11-22). Baselines: **naive** = 200-word chunks, dense "
-          "MiniLM, top-3; **truncation** = the head that fits the 8k answer window; **full** = the whole "
-          "document(s) when they fit 8k.", "",
+          "laid out best hit last. **+EpMAN** scales each block's V rows by its episodic weight in [0.9, 1.0] "
+          "(`--epman`). **f16 / q4_0** = the same documents ingested with that block type (one store per type). "
+          "**nb=0** = no neighbours (NarrowAttn); **k=2/5/8** = hits. **document order** = epi's retrieved events "
+          "laid out in document order instead (text mode, the layout before 2026-11-22). Baselines: **naive** = "
+          "200-word chunks, dense MiniLM, top-3; **truncation** = the head that fits the 8k answer window; "
+          "**full** = the whole document(s) when they fit 8k.", "",
           "Haystack: shuffled sentences of the Python Language Reference prose shipped with CPython "
           "(`pydoc_data.topics`, PSF License).", ""]
     md += ["## kv mode versus text mode (same questions, same retrieved events)", "",
