@@ -1,8 +1,10 @@
-"""The answer prompt's layout: retrieved events best hit last, each neighbour beside its hit in reading order."""
+"""Which hit a retrieved event belongs to, and what follows from it: the answer prompt's layout (best hit last, each
+neighbour beside its hit in reading order) and EpMAN's weights (a neighbour takes its hit's)."""
 from __future__ import annotations
 
 from types import SimpleNamespace
 
+from episodic_cli.engine.kv_mode import EPMAN_FLOOR, episodic_weights
 from episodic_cli.engine.retrieve import relevance_order
 
 
@@ -33,3 +35,12 @@ def test_a_neighbour_between_two_hits_joins_the_nearer_one_and_nothing_is_lost()
 def test_no_hits_keeps_the_order():
     got = [item(1, 1), item(1, 2)]
     assert layout(got) == [(1, 1), (1, 2)]
+
+
+def test_epman_weights_run_from_the_floor_to_one_and_neighbours_take_their_hits():
+    got = [item(1, 1, 0.8, 0), item(1, 2), item(1, 3), item(1, 4, 0.3, 2), item(2, 7), item(2, 8, 0.5, 1)]
+    weights = episodic_weights(got)
+    middle = EPMAN_FLOOR + (1.0 - EPMAN_FLOOR) * (0.5 - 0.3) / (0.8 - 0.3)
+    assert weights == [1.0, 1.0, EPMAN_FLOOR, EPMAN_FLOOR, middle, middle]
+    assert episodic_weights([item(1, 1, 0.4, 0), item(1, 2)]) == [1.0, 1.0]  # one hit: nothing to scale
+    assert episodic_weights([item(1, 1), item(1, 2)]) == [1.0, 1.0]

@@ -32,7 +32,7 @@ from .answer import ANSWER_TOKENS, SYSTEM_PROMPT, Answer, clean_question, stream
 from .kv_memory import KVFormatError, capture_block, decode_block, encode_block, load_block, parse_state_blob, \
     state_blob_from_payload
 from .llama_backend import LlamaModel, LlamaSession
-from .retrieve import RetrievedEvent
+from .retrieve import RetrievedEvent, owning_hit
 
 _MARK = "\x1f"  # splits the rendered template at block places; no document or question text keeps control characters
 TOO_BIG = "the retrieved events do not fit the answer context; lower -k"
@@ -233,12 +233,4 @@ def episodic_weights(retrieved: list[RetrievedEvent]) -> list[float]:
     def of_hit(r: RetrievedEvent) -> float:
         return 1.0 if hi == lo else EPMAN_FLOOR + (1.0 - EPMAN_FLOOR) * (r.score - lo) / (hi - lo)
 
-    weights = []
-    for r in retrieved:
-        if r.score is not None:
-            weights.append(of_hit(r))
-            continue
-        same_doc = [h for h in hits if h.document.id == r.document.id] or hits
-        nearest = min(same_doc, key=lambda h: (abs(h.event.ordinal - r.event.ordinal), -h.score))
-        weights.append(of_hit(nearest))
-    return weights
+    return [of_hit(owning_hit(r, hits)) for r in retrieved]

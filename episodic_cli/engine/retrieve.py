@@ -87,20 +87,24 @@ def retrieve(
     return sorted(chosen.values(), key=lambda r: (r.document.display_path, r.event.ordinal))
 
 
+def owning_hit(r: RetrievedEvent, hits: list[RetrievedEvent]) -> RetrievedEvent:
+    """The hit an event was retrieved for: itself if it is a hit, else the nearest hit of its document (the better
+    one on a tie); any hit if its document has none."""
+    if r.score is not None:
+        return r
+    same = [h for h in hits if h.event.document_id == r.event.document_id] or hits
+    return min(same, key=lambda h: (abs(h.event.ordinal - r.event.ordinal), h.rank))
+
+
 def relevance_order(items: list[RetrievedEvent]) -> list[RetrievedEvent]:
     """The retrieved events in ascending relevance, best hit last (Focused Learning's re-rank); a neighbour travels
     with the nearest hit of its document, in reading order around it."""
     hits = [r for r in items if r.score is not None]
     if not hits:
         return list(items)
-
-    def owner(r: RetrievedEvent) -> RetrievedEvent:
-        same = [h for h in hits if h.event.document_id == r.event.document_id] or hits
-        return min(same, key=lambda h: (abs(h.event.ordinal - r.event.ordinal), h.rank))
-
     groups: dict[int, list[RetrievedEvent]] = defaultdict(list)
     for r in items:
-        groups[(r if r.score is not None else owner(r)).event.id].append(r)
+        groups[owning_hit(r, hits).event.id].append(r)
     out = []
     for h in sorted(hits, key=lambda h: h.score):
         out.extend(sorted(groups[h.event.id], key=lambda r: r.event.ordinal))
