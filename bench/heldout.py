@@ -1,0 +1,222 @@
+"""Held-out question sets on real documents: kv mode versus text mode, same questions, same retrieved events.
+
+The sets live in `bench/heldout/*.json`. Their documents are real files nobody on the team wrote, found on a
+common Linux install (two PDFs from /usr/share/doc, chapters of the Vim user manual) or installed with epi (the
+platformdirs package); their questions were written from the documents alone by people who had not seen epi's
+code (see bench/README.md). A set whose documents are missing on this machine is skipped and reported.
+
+For each set: ingest the documents into a store of their own (the `epi ingest` path; unchanged files are skipped on
+a rerun), then ask every question through `Workspace.ask` in text mode and in kv mode, both modes on the same
+retrieved events, and score contains-match / token F1 against the gold answer and source recall against the gold
+excerpt. Writes `heldout.md` and `heldout.json` to --out.
+
+    python bench/heldout.py [--sets bench/heldout] [--stores DIR] [--out docs/] [--threads N]
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import platform
+import statistics
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from eval import covers, event_keys, load_average, score_answer, squash  # noqa: E402
+
+from episodic_cli.engine.paths import cache_dir  # noqa: E402
+from episodic_cli.engine.segment import SegmentParams  # noqa: E402
+from episodic_cli.engine.sources import discover  # noqa: E402
+from episodic_cli.engine.workspace import Workspace  # noqa: E402
+
+ANSWER_MAX_TOKENS = 64   # room for a sentence around the short gold answer
+MODES = ("text", "kv")
+
+
+def load_sets(folder: Path) -> list[dict]:
+    return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob("*.json"))]
+
+
+def resolve(document: str) -> Path:
+    """A path, or `python-package:NAME` for an installed package's source folder (the code set)."""
+    if document.startswith("python-package:"):
+        spec = importlib.util.find_spec(document.split(":", 1)[1])
+        return Path(spec.origin).parent if spec and spec.origin else Path(document)
+    return Path(document)
+
+
+def stale_questions(store, questions: list[dict]) -> list[str]:
+    """Questions whose gold excerpt is not in this machine's copy of the documents (another version of a PDF or a
+    package): they cannot be scored here."""
+    text = squash(" ".join("".join(e.text for e in store.events_of(d.id)) for d in store.documents()))
+    return [q["qid"] for q in questions if squash(q["gold_text"]) not in text]
+
+
+def ingest(ws: Workspace, paths: list[Path], log) -> dict:
+    """Ingest `paths` into the workspace's store as `epi ingest` does; files already there are skipped."""
+    params = SegmentParams()
+    store = ws.store_for_writing(params)
+    ingestor = ws.ingestor(store, params)
+    t0 = time.perf_counter()
+    tokens = events = files = 0
+    try:
+        with store.writer():
+            for r in ingestor.ingest(discover(paths)):
+                if r.status == "ingested":
+                    tokens, events, files = tokens + r.tokens, events + r.events, files + 1
+                elif r.status != "unchanged":
+                    raise RuntimeError(f"ingest of {r.display_path} failed: {r.error}")
+    finally:
+        ingestor.close()
+        store.close()
+    seconds = time.perf_counter() - t0
+    info = {"files_ingested": files, "tokens": tokens, "events": events, "seconds": round(seconds, 1),
+            "tokens_per_s": round(tokens / seconds, 1) if tokens else None}
+    log(f"  ingest: {files} files, {tokens} tokens, {events} events in {seconds:.0f}s" if files
+        else "  ingest: every file already in the store")
+    return info
+
+
+def ask(ws: Workspace, store, question: dict, mode: str) -> dict:
+    pieces = 0
+    t0 = time.perf_counter()
+    result, stream = ws.ask(store, question["question"], mode=mode,
+                            should_stop=lambda: pieces >= ANSWER_MAX_TOKENS)
+    for _ in stream:
+        pieces += 1
+    a = result.answer
+    row = {"qid": question["qid"], "mode": result.mode, "answer": a.text.strip(),
+           "events": event_keys(result.retrieved), "retrieved_tokens": sum(r.n_tokens for r in result.retrieved),
+           "source_recall": covers([r.event.text for r in result.retrieved], question["gold_text"]),
+           "prompt_tokens": a.prompt_tokens, "first_token_s": round(a.timings.first_token_s, 3),
+           "answer_s": round(time.perf_counter() - t0, 2)}
+    row.update(score_answer(row["answer"], question["answer"]))
+    return row
+
+
+def run_set(spec: dict, stores: Path, threads: int | None, log) -> dict:
+    paths = [resolve(p) for p in spec["documents"]]
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        log(f"{spec['set']}: skipped, missing {', '.join(missing)}")
+        return {"set": spec["set"], "skipped": f"missing {', '.join(missing)}"}
+    log(f"{spec['set']}: {spec['description']}")
+    warnings: list[str] = []
+    ws = Workspace(store=str(stores / spec["set"]), threads=threads, warn=warnings.append)
+    info = ingest(ws, paths, log)
+    rows = []
+    store = ws.store_for_reading()
+    try:
+        ws.check_store(store)
+        info["store_tokens"] = sum(d.n_tokens for d in store.documents())
+        stale = stale_questions(store, spec["questions"])
+        if stale:
+            log(f"  not scored (gold excerpt not in this copy of the documents): {', '.join(stale)}")
+        questions = [q for q in spec["questions"] if q["qid"] not in stale]
+        for q in questions:
+            for mode in MODES:
+                del warnings[:]
+                row = ask(ws, store, q, mode)
+                row["kv_fallbacks"] = len(warnings)
+                rows.append(row)
+                log(f"  {q['qid']:<14} {mode:<4} {row['contains']:.0f} f1={row['f1']:.2f} src={row['source_recall']:.0f}"
+                    f" ttft={row['first_token_s']:.2f}s {squash(row['answer'])[:60]!r}")
+    finally:
+        store.close()
+        ws.close()
+    return {"set": spec["set"], "kind": spec["kind"], "description": spec["description"],
+            "documents": [str(p) for p in paths], "ingest": info, "questions": questions, "stale": stale,
+            "rows": rows}
+
+
+def pct(xs: list[float]) -> str:
+    return f"{100 * sum(xs) / len(xs):.0f}%" if xs else "-"
+
+
+def write_markdown(result: dict, path: Path) -> None:
+    lines = ["# Held-out question sets on real documents", "",
+             f"Produced by `{result['command']}` on {result['machine']}, {result['date']}, model "
+             f"{result['model']}; wall time {result['wall_min']:.1f} min; load average at start "
+             f"{result['load_start']}, at the end {result['load_end']}. How to run and where the sets come from: "
+             "`bench/README.md`. Rows: `heldout.json` beside this file.", "",
+             "Both modes answer every question through `Workspace.ask` (hybrid retrieval, k=3, +-1 neighbour "
+             f"events, best hit last), greedy, at most {ANSWER_MAX_TOKENS} tokens; **text** re-reads the retrieved "
+             "events, **kv** loads their stored q8_0 KV blocks and decodes only the question. Cells: contains-match "
+             "(the normalized gold answer inside the normalized answer) / token F1. `src` = the gold excerpt lies "
+             "inside the retrieved events (both modes retrieve the same events). `first token` = median seconds "
+             "from the question to the first answer token.", "",
+             "| set | documents | tokens | n | src | text: contains / F1 | kv: contains / F1 | both / text only / "
+             "kv only / neither | same events | first token text / kv (s) | speed-up |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    total = {m: [] for m in MODES}
+    for s in result["sets"]:
+        if "skipped" in s:
+            lines.append(f"| {s['set']} | {s['skipped']} | | | | | | | | | |")
+            continue
+        by = {m: {r["qid"]: r for r in s["rows"] if r["mode"] == m} for m in MODES}
+        qids = [q["qid"] for q in s["questions"]]
+        t, k = by["text"], by["kv"]
+        for m in MODES:
+            total[m] += [by[m][q]["contains"] for q in qids]
+        both = sum(bool(t[q]["contains"] and k[q]["contains"]) for q in qids)
+        t_only = sum(bool(t[q]["contains"] and not k[q]["contains"]) for q in qids)
+        k_only = sum(bool(k[q]["contains"] and not t[q]["contains"]) for q in qids)
+        same = sum(t[q]["events"] == k[q]["events"] for q in qids)
+        ft = {m: statistics.median(by[m][q]["first_token_s"] for q in qids) for m in MODES}
+        docs = ", ".join(Path(d).name or d for d in s["documents"])
+        lines.append(
+            f"| {s['set']} ({s['kind']}) | {docs} | {s['ingest']['store_tokens']} | {len(qids)} | "
+            f"{pct([t[q]['source_recall'] for q in qids])} | "
+            f"{pct([t[q]['contains'] for q in qids])} / {statistics.mean(t[q]['f1'] for q in qids):.2f} | "
+            f"{pct([k[q]['contains'] for q in qids])} / {statistics.mean(k[q]['f1'] for q in qids):.2f} | "
+            f"{both} / {t_only} / {k_only} / {len(qids) - both - t_only - k_only} | {same} of {len(qids)} | "
+            f"{ft['text']:.2f} / {ft['kv']:.2f} | {ft['text'] / ft['kv']:.1f}x |")
+    n = len(total["text"])
+    stale = [f"{s['set']}: {', '.join(s['stale'])}" for s in result["sets"] if s.get("stale")]
+    if stale:
+        lines += ["", "Not scored (their gold excerpt is not in this machine's copy of the documents): "
+                  + "; ".join(stale) + "."]
+    lines += ["", f"All sets: text {int(sum(total['text']))} of {n}, kv {int(sum(total['kv']))} of {n} correct "
+              "(contains-match).", "", "## Every question", "",
+              "| qid | question | gold | src | text answer | kv answer |", "|---|---|---|---|---|---|"]
+    for s in result["sets"]:
+        for q in s.get("questions", []):
+            t = next(r for r in s["rows"] if r["qid"] == q["qid"] and r["mode"] == "text")
+            k = next(r for r in s["rows"] if r["qid"] == q["qid"] and r["mode"] == "kv")
+            cell = lambda r: ("**ok** " if r["contains"] else "") + squash(r["answer"])[:80].replace("|", "\\|")
+            lines.append(f"| {q['qid']} | {q['question'].replace('|', chr(92) + '|')} | "
+                         f"{q['answer'].replace('|', chr(92) + '|')} | {t['source_recall']:.0f} | {cell(t)} | "
+                         f"{cell(k)} |")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sets", type=Path, default=Path(__file__).resolve().parent / "heldout")
+    ap.add_argument("--stores", type=Path, default=cache_dir() / "heldout", help="one store per set, reused")
+    ap.add_argument("--out", type=Path, default=Path("docs"))
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--only", nargs="*", help="set names to run (default: all)")
+    args = ap.parse_args(argv)
+    log = lambda msg: print(msg, flush=True)  # noqa: E731
+    t0, load_start = time.perf_counter(), load_average()
+    sets = [s for s in load_sets(args.sets) if not args.only or s["set"] in args.only]
+    results = [run_set(s, args.stores, args.threads, log) for s in sets]
+    ws = Workspace(threads=args.threads)
+    result = {"command": "python bench/heldout.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+              "machine": f"{platform.machine()}, {len(__import__('os').sched_getaffinity(0))} CPUs",
+              "date": datetime.now().strftime("%Y-%m-%d %H:%M"), "model": ws.prepared.source.name,
+              "wall_min": (time.perf_counter() - t0) / 60, "load_start": load_start, "load_end": load_average(),
+              "sets": results}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "heldout.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+    write_markdown(result, args.out / "heldout.md")
+    log(f"wrote {args.out / 'heldout.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
