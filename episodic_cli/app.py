@@ -98,7 +98,7 @@ def ingest(
     ws = Workspace(model, store, threads)
     with render.status("loading model and embedder", quiet=as_json):
         st = ws.store_for_writing(params)
-        ws.embedder  # noqa: B018 - load it before the progress bars start
+        ws.embedder.load(batches=True)  # before the progress bars start
     results = []
     try:
         with st.writer():  # before the block file is opened: a compaction by another process may have switched it
@@ -143,7 +143,7 @@ def ask(
     with Store.open_existing(ws.store_dir) as st:
         with render.status("loading model", quiet=as_json):
             ws.check_store(st)
-            ws.embedder  # noqa: B018 - load before timing starts
+            ws.embedder.load(batches=False)  # before timing starts
             ws.answerer(mode or ws.default_mode())
         result, stream = ws.ask(st, question, k=k, mode=mode, neighbours=neighbours, epman=epman)
         if as_json:
@@ -173,7 +173,7 @@ def chat(
     with Store.open_existing(ws.store_dir) as st:
         with render.status("loading model"):
             ws.check_store(st)
-            ws.embedder  # noqa: B018
+            ws.embedder.load(batches=False)
             ws.answerer(ws.default_mode())
         run_repl(ws, st, k, epman)
     ws.close()

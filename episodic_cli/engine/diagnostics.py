@@ -53,8 +53,10 @@ def collect(model: str | None, store: str | None) -> list[tuple[str, str, bool |
     except EpiError as exc:
         rows.append(("model", str(exc), False))
     try:
-        ws.embedder.embed_query("doctor")
-        rows.append(("embedder", f"{ws.embedder.name} ({ws.embedder.dim}-d), offline", True))
+        # Events are embedded by sentence-transformers, questions by the numpy encoder: they must agree.
+        cosine = float(ws.embedder.embed_texts(["doctor"])[0] @ ws.embedder.embed_query("doctor"))
+        rows.append(("embedder", f"{ws.embedder.name} ({ws.embedder.dim}-d), offline; question encoder agrees with "
+                     f"sentence-transformers (cosine {cosine:.6f})", cosine > 0.9999))
     except Exception as exc:  # noqa: BLE001 - any failure here is what doctor must report, not raise
         rows.append(("embedder", f"failed to load: {exc}", False))
     path = store_path(store)

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 
 from .errors import EpiError
+from .query_encoder import QueryEncoder
 
 EMBEDDER_NAME = "all-MiniLM-L6-v2"
 EMBED_DIM = 384
@@ -34,11 +36,25 @@ def _windows(text: str) -> list[str]:
     return [" ".join(words[i : i + WINDOW_WORDS]) for i in range(0, len(words) - WINDOW_WORDS + WINDOW_STRIDE, WINDOW_STRIDE)]
 
 
+def _pool(window_vectors: np.ndarray) -> np.ndarray:
+    """A text's vector: the mean of its windows' unit vectors, made unit again."""
+    v = window_vectors.mean(axis=0)
+    return (v / max(float(np.linalg.norm(v)), 1e-12)).astype(np.float32)
+
+
 class Embedder:
+    """Events are embedded in batches by sentence-transformers (loaded on first use, at ingest); questions by
+    QueryEncoder, a numpy forward of the same model that spares `epi ask` the 6-8 s import of torch."""
+
     name = EMBEDDER_NAME
     dim = EMBED_DIM
 
     def __init__(self, threads: int | None = None):
+        self.threads = threads
+        self.path = bundled_embedder_path()  # fails now, with what to do, if the package is missing
+
+    @cached_property
+    def _model(self):
         # Never reach for the network: the model is on disk, and a lookup would hang offline machines.
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -49,12 +65,24 @@ class Embedder:
         import torch
         from sentence_transformers import SentenceTransformer
 
-        if threads:
-            torch.set_num_threads(threads)
+        if self.threads:
+            torch.set_num_threads(self.threads)
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # "Loading weights" bars would land in the middle of epi's own output
-        self._model = SentenceTransformer(str(bundled_embedder_path()), device="cpu")
+        return SentenceTransformer(str(self.path), device="cpu")
+
+    @cached_property
+    def _query_encoder(self) -> QueryEncoder:
+        return QueryEncoder(self.path)
+
+    def load(self, batches: bool) -> None:
+        """Load now what later calls need (batches: ingest's model; else the question encoder), so that the cost
+        lands before progress bars and timings start."""
+        if batches:
+            self._model  # noqa: B018
+        else:
+            self._query_encoder  # noqa: B018
 
     def embed_texts(self, texts: list[str], batch_size: int = 32) -> np.ndarray:
         """One L2-normalised float32 vector per text (window-averaged for long texts)."""
@@ -67,9 +95,8 @@ class Embedder:
             flat.extend(w)
         vecs = self._model.encode(flat, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True,
                                   show_progress_bar=False)
-        out = np.stack([vecs[a:b].mean(axis=0) for a, b in spans]).astype(np.float32)
-        out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
-        return out
+        return np.stack([_pool(vecs[a:b]) for a, b in spans])
 
     def embed_query(self, text: str) -> np.ndarray:
-        return self.embed_texts([text])[0]
+        """The same vector embed_texts gives `text` (within ~1e-6), without loading sentence-transformers."""
+        return _pool(np.stack([self._query_encoder.encode(w) for w in _windows(text)]))

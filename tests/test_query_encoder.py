@@ -1,0 +1,54 @@
+"""Questions are embedded by a numpy forward of all-MiniLM-L6-v2 (query_encoder.py) and events by
+sentence-transformers: both must give the same vectors, or retrieval would compare unlike things. Tolerance: 1e-5
+per coordinate of the unit vector (measured: < 2e-7); the ranking of events must not change."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from episodic_cli.engine.embedder import Embedder
+
+TEXTS = [
+    "Which file does platformdirs read on Unix to find the user's Music folder?",
+    "who betrayed whom in chapter 3?",
+    "",
+    "x",
+    "Ünïcödé naïve café, 東京, emoji 🙂 and tabs\tand\nnewlines",
+    "def user_music_dir(self) -> str: return self._user_media_dir('XDG_MUSIC_DIR', '~/Music')",
+    " ".join(f"word{i}" for i in range(400)),  # longer than MiniLM's 256 pieces: windows and truncation
+]
+
+
+@pytest.fixture(scope="module")
+def embedder(engine) -> Embedder:
+    return engine.embedder
+
+
+def test_question_vectors_match_sentence_transformers(embedder):
+    batch = embedder.embed_texts(TEXTS)
+    for text, ref in zip(TEXTS, batch):
+        got = embedder.embed_query(text)
+        assert got.dtype == np.float32 and got.shape == (embedder.dim,)
+        assert np.abs(got - ref).max() < 1e-5, text[:40]
+        assert abs(float(np.linalg.norm(got)) - 1.0) < 1e-5
+
+
+def test_ranking_of_passages_is_unchanged(embedder):
+    passages = TEXTS[4:] + ["The tide table lists high water at 06:12.", "Chapter 3: the betrayal at the ford."]
+    vecs = embedder.embed_texts(passages)
+    for q in TEXTS[:2]:
+        by_batch = np.argsort(-(vecs @ embedder.embed_texts([q])[0]))
+        by_query = np.argsort(-(vecs @ embedder.embed_query(q)))
+        assert list(by_batch) == list(by_query)
+
+
+def test_asking_does_not_import_torch(tmp_path):
+    """The point of the numpy encoder: a question costs no torch import (6-8 s on 2 cores)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from episodic_cli.engine.embedder import Embedder; e = Embedder(); "
+            "v = e.embed_query('hello'); assert v.shape == (384,); "
+            "print('torch' in sys.modules, 'sentence_transformers' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "False"]
