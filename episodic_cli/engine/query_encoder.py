@@ -34,7 +34,7 @@ def _erf(x: np.ndarray) -> np.ndarray:
 
 
 def _gelu(x: np.ndarray) -> np.ndarray:
-    return 0.5 * x * (1.0 + _erf(x / np.sqrt(2.0)))
+    return np.float32(0.5) * x * (np.float32(1.0) + _erf(x * np.float32(1.0 / np.sqrt(2.0))))
 
 
 class QueryEncoder:
@@ -78,7 +78,7 @@ class QueryEncoder:
         hd = d // self.heads
         q, k, v = (self._linear(x, p + f"attention.self.{m}").reshape(n, self.heads, hd).transpose(1, 0, 2)
                    for m in ("query", "key", "value"))
-        scores = q @ k.transpose(0, 2, 1) / np.sqrt(hd)
+        scores = q @ k.transpose(0, 2, 1) * np.float32(1.0 / np.sqrt(hd))
         scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
         scores /= scores.sum(axis=-1, keepdims=True)
         ctx = (scores @ v).transpose(1, 0, 2).reshape(n, d)
