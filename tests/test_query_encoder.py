@@ -69,3 +69,17 @@ def test_a_damaged_question_encoder_file_is_a_clear_error(tmp_path):
     embedder.path = broken
     with pytest.raises(EpiError, match="reinstall with ./install.sh"):
         embedder.embed_query("hello")
+
+
+def test_safetensors_reader_matches_the_safetensors_package():
+    """The memory-mapped reader against the format's own loader (installed with transformers): bit-exact."""
+    load_file = pytest.importorskip("safetensors.numpy").load_file
+    from episodic_cli.engine.embedder import bundled_embedder_path
+    from episodic_cli.engine.query_encoder import read_safetensors
+
+    path = bundled_embedder_path() / "model.safetensors"
+    ref, got = load_file(str(path)), read_safetensors(path)
+    assert ref.keys() == got.keys()
+    for name, array in ref.items():
+        assert got[name].dtype == array.dtype and got[name].shape == array.shape, name
+        assert np.array_equal(got[name], array), name
