@@ -367,6 +367,28 @@ def event_keys(got: list[RetrievedEvent]) -> list[list]:
     return [[r.document.display_path, r.event.ordinal] for r in got]
 
 
+def ask_once(ws: Workspace, store: Store, question: str, gold_text: str, warnings: list[str],
+             max_tokens: int = ANSWER_MAX_TOKENS, k: int = 3, mode: str | None = None, neighbours: int = 1,
+             epman: bool = False):
+    """One answer through Workspace.ask, stopped after `max_tokens` pieces (the stream's tokens): the result, and a
+    row of what it read, said and took. `warnings` is the list the workspace warns into (kv fallbacks)."""
+    n_pieces = 0
+    del warnings[:]
+    t0, c0 = time.perf_counter(), time.process_time()
+    result, stream = ws.ask(store, question, k, mode=mode, neighbours=neighbours,
+                            should_stop=lambda: n_pieces >= max_tokens, epman=epman)
+    for _ in stream:
+        n_pieces += 1
+    secs = time.perf_counter() - t0
+    a = result.answer
+    return result, {"mode": result.mode, "events": event_keys(result.retrieved),
+                    "source_recall": covers([r.event.text for r in result.retrieved], gold_text),
+                    "answer": a.text.strip(), "prompt_tokens": a.prompt_tokens,
+                    "reused_tokens": getattr(a, "reused_tokens", None), "answer_s": round(secs, 2),
+                    "cpu_s": round(time.process_time() - c0, 2), "prefill_s": round(a.timings.prefill_s, 3),
+                    "first_token_s": round(a.timings.first_token_s, 3), "kv_fallbacks": len(warnings)}
+
+
 class Harness:
     def __init__(self, ws: Workspace, log):
         self.ws = ws
@@ -440,22 +462,10 @@ class Harness:
 
     def ask(self, h: StoreHandle, q: gen.Question, c: Cond) -> dict:
         """One answer through Workspace.ask, stopped after ANSWER_MAX_TOKENS pieces (the stream's tokens)."""
-        n_pieces = 0
-        del h.warnings[:]
-        t0, c0 = time.perf_counter(), time.process_time()
-        result, stream = h.ws.ask(h.store, q.question, c.k, mode=c.mode, neighbours=c.nb,
-                                  should_stop=lambda: n_pieces >= ANSWER_MAX_TOKENS, epman=c.epman)
-        for _ in stream:
-            n_pieces += 1
-        secs = time.perf_counter() - t0
-        a = result.answer
-        return {"mode": result.mode, "kv": h.kind if result.mode == "kv" else None, "k": c.k, "neighbours": c.nb,
-                "epman": c.epman, "events": event_keys(result.retrieved),
-                "source_recall": covers([r.event.text for r in result.retrieved], q.gold_text),
-                "answer": a.text.strip(), "prompt_tokens": a.prompt_tokens,
-                "reused_tokens": getattr(a, "reused_tokens", None), "answer_s": round(secs, 2),
-                "cpu_s": round(time.process_time() - c0, 2), "prefill_s": round(a.timings.prefill_s, 3),
-                "first_token_s": round(a.timings.first_token_s, 3), "kv_fallbacks": len(h.warnings)}
+        _, row = ask_once(h.ws, h.store, q.question, q.gold_text, h.warnings, k=c.k, mode=c.mode, neighbours=c.nb,
+                          epman=c.epman)
+        return {"mode": row["mode"], "kv": h.kind if row["mode"] == "kv" else None, "k": c.k, "neighbours": c.nb,
+                "epman": c.epman, **row}
 
     def answer_row(self, suite: Suite, q: gen.Question, cond: str) -> dict:
         c = CONDITIONS[cond]

@@ -25,7 +25,7 @@ from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from eval import covers, event_keys, load_average, score_answer, squash  # noqa: E402
+from eval import ask_once, load_average, score_answer, squash  # noqa: E402
 
 from episodic_cli.engine.paths import cache_dir  # noqa: E402
 from episodic_cli.engine.segment import SegmentParams  # noqa: E402
@@ -83,19 +83,10 @@ def ingest(ws: Workspace, paths: list[Path], log) -> dict:
     return info
 
 
-def ask(ws: Workspace, store, question: dict, mode: str) -> dict:
-    pieces = 0
-    t0 = time.perf_counter()
-    result, stream = ws.ask(store, question["question"], mode=mode,
-                            should_stop=lambda: pieces >= ANSWER_MAX_TOKENS)
-    for _ in stream:
-        pieces += 1
-    a = result.answer
-    row = {"qid": question["qid"], "mode": result.mode, "answer": a.text.strip(),
-           "events": event_keys(result.retrieved), "retrieved_tokens": sum(r.n_tokens for r in result.retrieved),
-           "source_recall": covers([r.event.text for r in result.retrieved], question["gold_text"]),
-           "prompt_tokens": a.prompt_tokens, "first_token_s": round(a.timings.first_token_s, 3),
-           "answer_s": round(time.perf_counter() - t0, 2)}
+def ask(ws: Workspace, store, question: dict, mode: str, warnings: list[str]) -> dict:
+    result, row = ask_once(ws, store, question["question"], question["gold_text"], warnings,
+                           max_tokens=ANSWER_MAX_TOKENS, mode=mode)
+    row = {"qid": question["qid"], **row, "retrieved_tokens": sum(r.n_tokens for r in result.retrieved)}
     row.update(score_answer(row["answer"], question["answer"]))
     return row
 
@@ -121,9 +112,7 @@ def run_set(spec: dict, stores: Path, threads: int | None, log) -> dict:
         questions = [q for q in spec["questions"] if q["qid"] not in stale]
         for q in questions:
             for mode in MODES:
-                del warnings[:]
-                row = ask(ws, store, q, mode)
-                row["kv_fallbacks"] = len(warnings)
+                row = ask(ws, store, q, mode, warnings)
                 rows.append(row)
                 log(f"  {q['qid']:<14} {mode:<4} {row['contains']:.0f} f1={row['f1']:.2f} "
                     f"src={row['source_recall']:.0f}"

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import EpiError
-from .query_encoder import QueryEncoder
+from .query_encoder import QueryEncoder, unit
 
 EMBEDDER_NAME = "all-MiniLM-L6-v2"
 EMBED_DIM = 384
@@ -38,8 +38,7 @@ def _windows(text: str) -> list[str]:
 
 def _pool(window_vectors: np.ndarray) -> np.ndarray:
     """A text's vector: the mean of its windows' unit vectors, made unit again."""
-    v = window_vectors.mean(axis=0)
-    return (v / max(float(np.linalg.norm(v)), 1e-12)).astype(np.float32)
+    return unit(window_vectors.mean(axis=0))
 
 
 class Embedder:

@@ -36,6 +36,11 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
     return tensors
 
 
+def unit(v: np.ndarray) -> np.ndarray:
+    """`v` scaled to length 1 (float32), as sentence-transformers' Normalize module does."""
+    return (v / max(float(np.linalg.norm(v)), 1e-12)).astype(np.float32)
+
+
 def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) -> np.ndarray:
     mean = x.mean(axis=-1, keepdims=True)
     var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
@@ -85,8 +90,7 @@ class QueryEncoder:
         for i in range(self.layers):
             p = f"encoder.layer.{i}."
             x = self._block(x, p)
-        v = x.mean(axis=0)  # one sequence, no padding: every token counts
-        return (v / max(float(np.linalg.norm(v)), 1e-12)).astype(np.float32)
+        return unit(x.mean(axis=0))  # one sequence, no padding: every token counts
 
     def _linear(self, x: np.ndarray, name: str) -> np.ndarray:
         return x @ self.w[name + ".weight"].T + self.w[name + ".bias"]
