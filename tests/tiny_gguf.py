@@ -1,0 +1,210 @@
+"""A tiny random-weight GGUF chat model with its own vocabulary, written with numpy + struct (no `gguf` package).
+
+The bundled SmolLM2-135M-Instruct has a 49,152-token GPT-2-style BPE vocabulary; this model has a SentencePiece-style
+one (`tokenizer.ggml.model = "llama"`) of a few hundred entries: <unk>, <s>, </s>, the ChatML control tokens
+<|im_start|> and <|im_end|> (eos), the 256 byte-fallback tokens <0x00>..<0xFF> (so any UTF-8 text tokenizes) and word
+pieces ("▁the", "▁a", letters, digits...). It exists so tests can check that an archive built with one model can be
+answered by a model with another tokenizer. Its output is gibberish.
+
+Shape (llama architecture, dense attention, plain RoPE, no sliding window): 2 layers, n_embd 128, 4 query heads of 32,
+2 KV heads (K/V rows of 64 values, a multiple of 32 as epi's q8_0/q4_0 KV blocks need), FFN 256, trained context
+4096, tied embeddings, F16 matrices and F32 norms; the file is well under 1 MB and takes milliseconds to write.
+
+GGUF v3 layout (ggml docs/gguf.md), little-endian: magic "GGUF" | u32 version | u64 n_tensors | u64 n_kv | n_kv x
+(string key | u32 type | value) | n_tensors x (string name | u32 n_dims | u64 ne[n_dims] | u32 ggml_type | u64 offset)
+| padding to `general.alignment` | tensor data, each tensor at its offset (a multiple of the alignment). A string is
+u64 length + UTF-8 bytes; an array is u32 element type + u64 count + elements. ne[0] is the innermost (contiguous)
+dimension, so a numpy array of shape (a, b) is written as ne = [b, a].
+"""
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import numpy as np
+
+N_LAYER = 2
+N_EMBD = 128
+N_HEAD = 4
+N_HEAD_KV = 2
+HEAD_DIM = N_EMBD // N_HEAD
+N_FF = 256
+N_CTX_TRAIN = 4096
+ALIGNMENT = 32
+
+# token types (gguf-py constants.TokenType)
+NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
+# GGUF metadata value types
+_U8, _I8, _U16, _I16, _U32, _I32, _F32, _BOOL, _STR, _ARR, _U64, _I64, _F64 = range(13)
+# ggml tensor types
+_GGML_F32, _GGML_F16 = 0, 1
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+# Word pieces (SentencePiece marks a preceding space with U+2581 "▁"). Every prefix of every word is in the
+# vocabulary too, because llama.cpp's SPM tokenizer only merges adjacent symbols into pieces that exist.
+_WORDS = (
+    "the of and to a in is it you that he was for on are as with his they I at be this have from or one had by "
+    "word but not what all were we when your can said there use an each which she do how their if will up other "
+    "about out many then them these so some her would make like him into time has look two more write go see "
+    "number no way could people my than first water been call who oil its now find long down day did get come made "
+    "may part question answer archive book page chapter key event model token hello world where why"
+).split()
+_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,;:!?'\"()-"
+_SPECIALS = ("<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>")
+UNK_ID, BOS_ID, SPM_EOS_ID, IM_START_ID, IM_END_ID = range(5)  # eos is <|im_end|>, not </s>
+
+
+def vocabulary() -> tuple[list[str], list[float], list[int]]:
+    """(pieces, scores, token types): specials, byte fallback, then word pieces ordered by score (best first)."""
+    tokens = list(_SPECIALS)
+    types = [UNKNOWN, CONTROL, CONTROL, CONTROL, CONTROL]
+    tokens += [f"<0x{b:02X}>" for b in range(256)]
+    types += [BYTE] * 256
+    pieces: list[str] = ["▁"]
+    seen = set(pieces)
+
+    def add(p: str) -> None:
+        if p not in seen:
+            seen.add(p)
+            pieces.append(p)
+
+    for ch in _LETTERS:
+        add(ch)
+        add("▁" + ch)
+    for w in _WORDS:
+        for word in (w, w.capitalize()):
+            marked = "▁" + word
+            for end in range(2, len(marked) + 1):
+                add(marked[:end])
+            for end in range(2, len(word) + 1):
+                add(word[:end])
+    scores = [0.0] * len(tokens)
+    # Longer pieces win merges (the SPM tokenizer merges the best-scoring bigram first); ties by order.
+    scores += [float(len(p)) - i * 1e-4 for i, p in enumerate(pieces)]
+    tokens += pieces
+    types += [NORMAL] * len(pieces)
+    return tokens, scores, types
+
+
+# ---------------------------------------------------------------------------------------------- GGUF writer
+
+
+def _str(s: str) -> bytes:
+    b = s.encode("utf-8")
+    return struct.pack("<Q", len(b)) + b
+
+
+def _kv(key: str, value) -> bytes:
+    """One metadata pair; ints are u32, floats f32, lists are arrays of str / f32 / i32 by their first element."""
+    out = _str(key)
+    if isinstance(value, bool):
+        return out + struct.pack("<I?", _BOOL, value)
+    if isinstance(value, int):
+        return out + struct.pack("<II", _U32, value)
+    if isinstance(value, float):
+        return out + struct.pack("<If", _F32, value)
+    if isinstance(value, str):
+        return out + struct.pack("<I", _STR) + _str(value)
+    if isinstance(value, list):
+        head = struct.pack("<I", _ARR)
+        if isinstance(value[0], str):
+            return out + head + struct.pack("<IQ", _STR, len(value)) + b"".join(_str(v) for v in value)
+        if isinstance(value[0], float):
+            return out + head + struct.pack("<IQ", _F32, len(value)) + np.asarray(value, "<f4").tobytes()
+        return out + head + struct.pack("<IQ", _I32, len(value)) + np.asarray(value, "<i4").tobytes()
+    raise TypeError(f"unsupported metadata value for {key}: {value!r}")
+
+
+def _pad(n: int) -> int:
+    return (-n) % ALIGNMENT
+
+
+def _tensors(rng: np.random.Generator, n_vocab: int) -> list[tuple[str, np.ndarray]]:
+    kv = N_HEAD_KV * HEAD_DIM
+
+    def mat(rows: int, cols: int, scale: float = 0.02) -> np.ndarray:  # numpy (rows, cols) == ggml ne [cols, rows]
+        return (rng.standard_normal((rows, cols), dtype=np.float32) * scale).astype("<f2")
+
+    def ones(n: int) -> np.ndarray:
+        return np.ones(n, dtype="<f4")
+
+    out = [("token_embd.weight", mat(n_vocab, N_EMBD, 1.0)), ("output_norm.weight", ones(N_EMBD))]
+    for i in range(N_LAYER):
+        p = f"blk.{i}."
+        out += [
+            (p + "attn_norm.weight", ones(N_EMBD)),
+            (p + "attn_q.weight", mat(N_EMBD, N_EMBD, 0.2)),
+            (p + "attn_k.weight", mat(kv, N_EMBD, 0.2)),
+            (p + "attn_v.weight", mat(kv, N_EMBD, 0.2)),
+            (p + "attn_output.weight", mat(N_EMBD, N_EMBD, 0.05)),
+            (p + "ffn_norm.weight", ones(N_EMBD)),
+            (p + "ffn_gate.weight", mat(N_FF, N_EMBD, 0.1)),
+            (p + "ffn_up.weight", mat(N_FF, N_EMBD, 0.1)),
+            (p + "ffn_down.weight", mat(N_EMBD, N_FF, 0.05)),
+        ]
+    return out
+
+
+def write_tiny_model(path: Path, seed: int = 0) -> Path:
+    """Write the tiny chat model to `path` (byte-identical for a given seed) and return the path."""
+    path = Path(path)
+    tokens, scores, types = vocabulary()
+    n_vocab = len(tokens)
+    meta = {
+        "general.architecture": "llama",
+        "general.name": "epi-tiny-spm",
+        "general.alignment": ALIGNMENT,
+        "llama.vocab_size": n_vocab,
+        "llama.context_length": N_CTX_TRAIN,
+        "llama.embedding_length": N_EMBD,
+        "llama.block_count": N_LAYER,
+        "llama.feed_forward_length": N_FF,
+        "llama.attention.head_count": N_HEAD,
+        "llama.attention.head_count_kv": N_HEAD_KV,
+        "llama.attention.layer_norm_rms_epsilon": 1e-5,
+        "llama.rope.dimension_count": HEAD_DIM,
+        "llama.rope.freq_base": 10000.0,
+        "tokenizer.ggml.model": "llama",
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.scores": scores,
+        "tokenizer.ggml.token_type": types,
+        "tokenizer.ggml.unknown_token_id": UNK_ID,
+        "tokenizer.ggml.bos_token_id": BOS_ID,
+        "tokenizer.ggml.eos_token_id": IM_END_ID,
+        "tokenizer.ggml.add_bos_token": False,
+        "tokenizer.ggml.add_eos_token": False,
+        # SPM's default prepends "▁" to every text and after every special token: off, so that tokenizing pieces of
+        # a text separately concatenates like a GPT-2 BPE vocabulary does and "a" round-trips to "a", not " a".
+        "tokenizer.ggml.add_space_prefix": False,
+        "tokenizer.chat_template": CHATML_TEMPLATE,
+    }
+    tensors = _tensors(np.random.default_rng(seed), n_vocab)
+
+    head = [b"GGUF", struct.pack("<IQQ", 3, len(tensors), len(meta))]
+    head += [_kv(k, v) for k, v in meta.items()]
+    offset = 0
+    for name, arr in tensors:
+        ggml_type = _GGML_F16 if arr.dtype == np.float16 else _GGML_F32
+        ne = arr.shape[::-1]
+        head.append(_str(name) + struct.pack("<I", len(ne)) + struct.pack(f"<{len(ne)}Q", *ne)
+                    + struct.pack("<IQ", ggml_type, offset))
+        offset += arr.nbytes + _pad(arr.nbytes)
+    header = b"".join(head)
+    with open(path, "wb") as f:
+        f.write(header + b"\0" * _pad(len(header)))
+        for _, arr in tensors:
+            f.write(arr.tobytes())
+            f.write(b"\0" * _pad(arr.nbytes))
+    return path
+
+
+if __name__ == "__main__":  # pragma: no cover - a manual aid: python tests/tiny_gguf.py /tmp/tiny.gguf
+    import sys
+
+    print(write_tiny_model(Path(sys.argv[1] if len(sys.argv) > 1 else "tiny.gguf")))
