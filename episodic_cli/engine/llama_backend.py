@@ -18,6 +18,7 @@ import numpy as np
 
 from .. import native
 from .errors import EpiError
+from .gguf import describe_damage
 
 INGEST_BATCH = 512
 
@@ -76,6 +77,9 @@ class LlamaModel:
         params.n_gpu_layers = n_gpu_layers  # ignored by CPU builds; offloads everything on CUDA/Metal builds
         self.ptr = L.llama_model_load_from_file(str(self.path).encode(), params)
         if not self.ptr:
+            damage = describe_damage(self.path)  # a truncated or damaged file, rather than an unknown format
+            if damage:
+                raise EpiError(f"cannot use model file {self.path}: {damage}; copy or download it again")
             raise EpiError(f"could not load model {self.path}: not a GGUF file llama.cpp {L.__version__} can read")
         self.vocab = L.llama_model_get_vocab(self.ptr)
         self.info = self._read_info()

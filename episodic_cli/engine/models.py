@@ -13,13 +13,14 @@ import hashlib
 import importlib.util
 import json
 import os
-import struct
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import llama_cpp as L
 
 from .errors import EpiError
+from .gguf import GGUFHeaderError, describe_damage, peek_file_type, read_gguf_header
 from .llama_backend import quiet_llama_logs
 from .paths import cache_dir
 
@@ -91,40 +92,27 @@ def _gguf_is_quantized_small(path: Path) -> bool:
 
 
 def _gguf_file_type(path: Path) -> int | None:
-    """general.file_type from the GGUF header (0 = F32, 1 = F16, 32 = BF16), read without loading weights."""
-    with path.open("rb") as f:
-        if f.read(4) != b"GGUF":
-            return None
-        version, = struct.unpack("<I", f.read(4))
-        if version < 2:
-            return None
-        _n_tensors, n_kv = struct.unpack("<QQ", f.read(16))
-        sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-        for _ in range(n_kv):
-            klen, = struct.unpack("<Q", f.read(8))
-            key = f.read(klen).decode("utf-8", "replace")
-            vtype, = struct.unpack("<I", f.read(4))
-            if key == "general.file_type" and vtype in (4, 5):
-                return struct.unpack("<I", f.read(4))[0]
-            _skip_gguf_value(f, vtype, sizes)
-    return None
+    """general.file_type from the GGUF header (0 = F32, 1 = F16, 32 = BF16), read without loading weights; a header
+    that does not hold together (garbage lengths, a short file) is one clear error, not a MemoryError."""
+    try:
+        return peek_file_type(path)
+    except GGUFHeaderError as exc:
+        raise EpiError(f"{path} is not a valid GGUF file: its header is damaged ({exc}); "
+                       "pass a model file llama.cpp can load") from None
 
 
-def _skip_gguf_value(f, vtype: int, sizes: dict[int, int]) -> None:
-    if vtype == 8:  # string
-        n, = struct.unpack("<Q", f.read(8))
-        f.seek(n, 1)
-    elif vtype == 9:  # array
-        etype, = struct.unpack("<I", f.read(4))
-        count, = struct.unpack("<Q", f.read(8))
-        if etype == 8:
-            for _ in range(count):
-                n, = struct.unpack("<Q", f.read(8))
-                f.seek(n, 1)
-        else:
-            f.seek(sizes[etype] * count, 1)
-    else:
-        f.seek(sizes[vtype], 1)
+def _expansion_failure(source: Path, target_dir: Path, rc: int) -> EpiError:
+    """Say whose fault a failed F16 expansion was: the source file (truncated, damaged) or the cache (full)."""
+    damage = describe_damage(source)
+    if damage:
+        return EpiError(f"cannot use model file {source}: {damage}; copy or download it again")
+    free = shutil.disk_usage(target_dir).free
+    needed = 2 * read_gguf_header(source).n_params  # the F16 form: two bytes per weight
+    if free < needed:
+        return EpiError(f"disk full: {needed / 2**20:,.0f} MB needed, {free / 2**20:,.0f} MB free at {target_dir} "
+                        f"to expand {source.name} to F16; free some space or set EPI_HOME to a larger disk")
+    return EpiError(f"llama.cpp could not expand {source.name} to F16 (code {rc}) although its header and size look "
+                    f"sound; check that {target_dir} is writable, or run with EPI_DEBUG=1 to see llama.cpp's log")
 
 
 def prepare_model(model: str | None = None) -> PreparedModel:
@@ -147,7 +135,7 @@ def prepare_model(model: str | None = None) -> PreparedModel:
         rc = L.llama_model_quantize(str(source).encode(), str(tmp).encode(), ctypes.byref(params))
         if rc != 0 or not tmp.is_file():
             tmp.unlink(missing_ok=True)
-            raise EpiError(f"could not prepare {source.name} (llama.cpp code {rc}); is the cache directory writable and not full?")
+            raise _expansion_failure(source, target_dir, rc)
         os.replace(tmp, target)
         record.write_text(json.dumps({"source": str(source), "source_sha256": src_sha, "form": "f16",
                                       "sha256": file_sha256(target)}, indent=1))
