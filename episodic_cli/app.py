@@ -93,8 +93,8 @@ def ingest(
         raise EpiError(f"unknown --refine {refine!r}: use {', '.join(REFINE_METHODS)}")
     params = SegmentParams(gamma=gamma, min_tokens=min_tokens, max_tokens=max_tokens, refine=refine)
     found = list(discover(paths))
-    if not found:
-        raise EpiError("nothing to ingest: no readable files under the given paths")
+    if all(isinstance(f, Skipped) for f in found):  # say why before loading a model for nothing
+        raise EpiError(nothing_to_ingest(found))
     ws = Workspace(model, store, threads)
     with render.status("loading model and embedder", quiet=as_json):
         st = ws.store_for_writing(params)
@@ -118,6 +118,14 @@ def ingest(
         render.ingest_summary(results, st.path)
     if any(r.status == "failed" for r in results) or all(r.status == "skipped" for r in results):
         raise typer.Exit(1)
+
+
+def nothing_to_ingest(skipped: list[Skipped]) -> str:
+    if not skipped:
+        return "nothing to ingest: no readable files under the given paths"
+    reasons = "; ".join(f"{s.path}: {s.reason}" for s in skipped[:3])
+    more = f"; and {len(skipped) - 3} more" if len(skipped) > 3 else ""
+    return f"nothing to ingest: {reasons}{more}"
 
 
 @app.command()

@@ -24,7 +24,7 @@ from rich.table import Table
 from .engine.answer import citation
 from .engine.ingest import IngestResult
 from .engine.retrieve import RetrievedEvent
-from .engine.sources import Skipped
+from .engine.sources import EMPTY_FILE, Skipped
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False)
@@ -63,7 +63,7 @@ def _size(n: float) -> str:
 def byte_progress(description: str, total: int, quiet: bool = False) -> Iterator[Callable[[int], None]]:
     """A bar in bytes (speed, ETA) that disappears when done; yields advance(n_bytes)."""
     with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                  TimeRemainingColumn(), console=err, transient=True, disable=quiet) as progress:
+                  TimeRemainingColumn(), console=err, transient=True, disable=quiet or not err.is_terminal) as progress:
         task = progress.add_task(description, total=max(total, 1))
         yield lambda n: progress.update(task, advance=n)
 
@@ -97,7 +97,8 @@ class IngestProgressView:
         self.progress = Progress(
             TextColumn("{task.description}", markup=False), BarColumn(), TaskProgressColumn(),
             MofNCompleteColumn(), TextColumn("{task.fields[rate]}"), TimeRemainingColumn(),
-            console=err, transient=False, disable=quiet,
+            # Bars only on a terminal: piped, rich would print their final frame into the log.
+            console=err, transient=False, disable=quiet or not err.is_terminal,
         )
         self.overall = None
         self.current = None
@@ -140,11 +141,14 @@ class IngestProgressView:
         self.progress.update(self.overall, completed=self._finished_bytes)
         if self.quiet:
             return
+        # soft_wrap: one line per file even when piped (rich would otherwise wrap at 80 columns, mid-number).
         if result.status == "ingested":
             err.print(f"[green]✓[/] {escape(result.display_path)}: {result.tokens:,} tokens, {result.events} events, "
-                      f"{result.seconds:.1f} s ({result.tokens_per_s:,.0f} tok/s)")
+                      f"{result.seconds:.1f} s ({result.tokens_per_s:,.0f} tok/s)", soft_wrap=True)
         elif result.status == "unchanged":
-            err.print(f"[dim]= {escape(result.display_path)}: unchanged, skipped[/]")
+            err.print(f"[dim]= {escape(result.display_path)}: unchanged, skipped[/]", soft_wrap=True)
+        elif result.status == "skipped" and result.error == EMPTY_FILE:  # an empty __init__.py is not news
+            err.print(f"[dim]- {escape(result.display_path)}: empty, skipped[/]", soft_wrap=True)
         elif result.status == "skipped":
             err.print(f"[yellow]- {escape(result.display_path)}: skipped ({escape(result.error or '')})[/]", soft_wrap=True)
         else:
@@ -155,7 +159,7 @@ def ingest_summary(results: list[IngestResult], store_dir: Path) -> None:
     counts = {s: sum(r.status == s for r in results) for s in ("ingested", "unchanged", "skipped", "failed")}
     tokens = sum(r.tokens for r in results if r.status == "ingested")
     parts = [f"{v} {k}" for k, v in counts.items() if v]
-    err.print(f"{', '.join(parts)}; {tokens:,} new tokens in store {escape(str(store_dir))}")
+    err.print(f"{', '.join(parts)}; {tokens:,} new tokens in store {escape(str(store_dir))}", soft_wrap=True)
     if counts["ingested"] or counts["unchanged"]:
         err.print('next: [bold]epi ask "your question"[/] or [bold]epi chat[/]')
 

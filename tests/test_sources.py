@@ -259,7 +259,7 @@ def test_discover_file_args_missing_and_dedup(tmp_path: Path) -> None:
     explicit = root / "debug.log"  # ignored when walking, but an explicit argument is taken as given
     results = list(discover([explicit, tmp_path / "missing.txt", root / "main.py", root]))
     assert results[0] == (explicit.resolve(), str(explicit))
-    assert results[1] == Skipped(tmp_path / "missing.txt", "no such file or directory")
+    assert results[1] == Skipped(tmp_path / "missing.txt", "no such file or directory", fails_run=True)  # a typo fails the run
     assert results[2] == ((root / "main.py").resolve(), str(root / "main.py"))
     displays = [r[1] for r in results[3:] if not isinstance(r, Skipped)]
     assert str(root / "main.py") not in displays and str(root / "README.md") in displays  # yielded once, via the explicit argument

@@ -5,6 +5,9 @@ committed (or left untouched) on its own, so one failure or a Ctrl-C never loses
 """
 from __future__ import annotations
 
+import errno
+import shutil
+import sqlite3
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -43,6 +46,30 @@ class IngestResult:
         return {"path": self.display_path, "tokens": self.tokens, "events": self.events,
                 "seconds": round(self.seconds, 3), "tokens_per_s": round(self.tokens_per_s, 1),
                 "status": self.status, **({"error": self.error} if self.error else {})}
+
+
+MB = 2**20
+# Bytes per stored KV value by block type: ggml's q8_0 packs 32 values in 34 bytes, q4_0 in 18.
+KV_VALUE_BYTES = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
+EMBEDDING_ROW_BYTES = 4096  # a 384-float embedding, its index entry and the event row's other columns
+SQLITE_FULL = 13  # sqlite3.SQLITE_FULL from Python 3.11 on
+
+
+class DiskFullError(EpiError):
+    """The disk holding the store is full: the run stops (every later file would fail the same way)."""
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """ENOSPC/EDQUOT from a write, or SQLite's SQLITE_FULL, seen directly or as the cause of a StoreError."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if isinstance(exc, sqlite3.Error) and (getattr(exc, "sqlite_errorcode", None) == SQLITE_FULL
+                                               or "database or disk is full" in str(exc)):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
 
 
 class IngestProgress(Protocol):
@@ -116,7 +143,8 @@ class Ingestor:
         progress = progress or _Silent()
         for found in found_files:
             if isinstance(found, Skipped):
-                result = IngestResult(str(found.path), str(found.path), "skipped", error=found.reason)
+                status = "failed" if found.fails_run else "skipped"
+                result = IngestResult(str(found.path), str(found.path), status, error=found.reason)
             else:
                 result = self._ingest_one(*found, progress)
             progress.document_finished(result)
@@ -125,6 +153,8 @@ class Ingestor:
     def _ingest_one(self, path: Path, display_path: str, progress: IngestProgress) -> IngestResult:
         start = time.perf_counter()
         key = str(path)
+        doc: SourceDocument | None = None
+        tokens = np.empty(0, dtype=np.int32)
         try:
             sha = file_sha256(path)
             existing = self.store.find_document(key)
@@ -148,12 +178,38 @@ class Ingestor:
             self.store.replace_document(record, events)
             return IngestResult(key, display_path, "ingested", len(tokens), len(events), seconds)
         except (StoreError, EpiError) as exc:  # SourceError is an EpiError
+            self._stop_if_disk_full(exc, doc, len(tokens))
             return IngestResult(key, display_path, "failed", seconds=time.perf_counter() - start, error=str(exc))
         except MemoryError:
             return IngestResult(key, display_path, "failed", error="out of memory while ingesting this document")
         except Exception as exc:  # noqa: BLE001 - one document's unexpected failure must not stop the others
+            self._stop_if_disk_full(exc, doc, len(tokens))
             return IngestResult(key, display_path, "failed", seconds=time.perf_counter() - start,
                                 error=f"unexpected {type(exc).__name__}: {exc} (nothing of this file was stored)")
+
+    def _stop_if_disk_full(self, exc: BaseException, doc: SourceDocument | None, n_tokens: int) -> None:
+        """Out of space, every later file would fail the same way: end the run here with what it would take."""
+        if not is_disk_full(exc):
+            return
+        needed = self.bytes_needed(doc, n_tokens)
+        free = shutil.disk_usage(self.store.path).free
+        what = f" for {doc.display_path}" if doc is not None else ""
+        raise DiskFullError(f"disk full: {needed / MB:,.0f} MB needed{what}, {free / MB:,.0f} MB free at "
+                            f"{self.store.path}; free some space and run the same command again (the files "
+                            "committed before it are kept)") from exc
+
+    def bytes_needed(self, doc: SourceDocument | None, n_tokens: int) -> int:
+        """Disk one document takes in the store, estimated: its KV blocks (tokens x 2 for K and V x layers x KV
+        heads x head size, at the block type's bytes per value) and in SQLite its text twice (the events and the
+        full-text index) plus an embedding row per event, doubled for the transaction's journal."""
+        kv = 0.0
+        if self.capture is not None:
+            values = 2 * self.model.info.n_layer * self.model.info.n_head_kv * self.rope.head_dim
+            kv = n_tokens * values * KV_VALUE_BYTES.get(self.capture.kind, 2.0)
+        text = len(doc.text.encode("utf-8")) if doc is not None else 0
+        events = n_tokens // max(self.params.min_tokens, 1) + 1
+        sqlite = 2 * (2 * text + events * EMBEDDING_ROW_BYTES)
+        return max(int(kv + sqlite), MB)
 
     def _segment_and_capture(self, doc: SourceDocument, tokens: np.ndarray, progress: IngestProgress
                              ) -> list[EventRecord]:

@@ -6,6 +6,8 @@ user-facing line saying what to do; discovery reports notable skips as Skipped v
 
 from __future__ import annotations
 
+import codecs
+import errno
 import hashlib
 import io
 import logging
@@ -108,10 +110,20 @@ class SourceDocument:
         return s, e - 1
 
 
+EMPTY_FILE = "empty file"  # the reason of a quiet skip: an empty __init__.py is normal in a code folder
+
+
 @dataclass
 class Skipped:
     path: Path
     reason: str
+    # A path the user named that cannot be read (a typo, a symlink loop): the run goes on with the other paths but
+    # must not look successful to a script.
+    fails_run: bool = False
+
+    @property
+    def quiet(self) -> bool:
+        return self.reason == EMPTY_FILE
 
 
 def file_sha256(path: Path) -> str:
@@ -227,6 +239,9 @@ def _walk_dir(directory: Path, top_rel: str, display_rel: str, rules: _Rules) ->
         except OSError as exc:
             yield Skipped(path, f"cannot read ({exc.strerror or exc})")
             continue
+        if size == 0:
+            yield Skipped(path, EMPTY_FILE)
+            continue
         if size > MAX_FILE_BYTES:
             yield Skipped(path, "larger than 20 MB (pass the file explicitly to ingest it anyway)")
             continue
@@ -243,7 +258,40 @@ def _walk_dir(directory: Path, top_rel: str, display_rel: str, rules: _Rules) ->
             if b"\x00" in head and not head.startswith((b"\xff\xfe", b"\xfe\xff")):
                 yield Skipped(path, "binary file")
                 continue
+            if _is_blank(path, head, size):
+                yield Skipped(path, EMPTY_FILE)
+                continue
         yield path, display_rel + name
+
+
+def _is_blank(path: Path, head: bytes, size: int) -> bool:
+    """Whitespace only (load_document would refuse it as empty); reads past the sniffed head only when that head
+    is blank, which a real document's never is."""
+    if head.removeprefix(codecs.BOM_UTF8).strip():
+        return False
+    if size <= len(head):
+        return True
+    try:
+        with open(path, "rb") as f:
+            return not any(block.strip() for block in iter(lambda: f.read(1 << 20), b""))
+    except OSError:
+        return False  # let load_document report why it cannot be read
+
+
+def _unreadable_argument(arg: Path) -> str | None:
+    """Why a path named on the command line cannot be ingested, or None when it exists. A symlink loop and a broken
+    symlink are told apart from a plain typo: "no such file" would send the user looking for the wrong fault."""
+    try:
+        os.stat(arg)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "symlink loop: the link leads back to itself; fix or remove it"
+        if os.path.islink(arg):
+            return f"broken symlink: it points to {os.readlink(arg)}, which does not exist"
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return "no such file or directory"
+        return f"cannot read ({exc.strerror or exc})"
+    return None
 
 
 def discover(paths: Iterable[Path]) -> Iterator[tuple[Path, str] | Skipped]:
@@ -254,15 +302,16 @@ def discover(paths: Iterable[Path]) -> Iterator[tuple[Path, str] | Skipped]:
     seen: set[Path] = set()
     for arg in paths:
         arg = Path(arg)
-        if not arg.exists():
-            yield Skipped(arg, "no such file or directory")
+        problem = _unreadable_argument(arg)
+        if problem:
+            yield Skipped(arg, problem, fails_run=True)
             continue
         if arg.is_dir():  # an explicit directory argument is walked even if it is a symlink or ignored
             found: Iterable[tuple[Path, str] | Skipped] = _walk(arg.resolve())
         elif arg.is_file():
             found = [(arg, str(arg))]
         else:
-            yield Skipped(arg, "not a regular file or directory")
+            yield Skipped(arg, "not a regular file or directory", fails_run=True)
             continue
         for item in found:
             if isinstance(item, Skipped):
