@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from . import __version__, render
+from .engine.answer import check_question_length
 from .engine.errors import EpiError
 from .engine.paths import store_path
 from .engine.segment import REFINE_METHODS, SegmentParams
@@ -147,6 +148,7 @@ def ask(
     """
     if mode is not None and mode not in MODES:
         raise EpiError(f"unknown --mode {mode!r}: use text or kv")
+    check_question_length(question)  # before any loading: a pasted page is refused at once
     ws = Workspace(model, store, threads, warn=render.warning)
     with Store.open_existing(ws.store_dir) as st:
         with render.status("loading model", quiet=as_json):

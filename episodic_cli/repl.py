@@ -4,6 +4,7 @@ from __future__ import annotations
 from rich.markup import escape
 
 from . import render
+from .engine.answer import check_question_length
 from .engine.errors import EpiError
 from .engine.workspace import Workspace
 from .store import Store, StoreError
@@ -60,6 +61,7 @@ def run_repl(ws: Workspace, store: Store, k: int, epman: bool = False) -> None:
         # A follow-up ("and who was his brother?") retrieves with the previous question for its missing context.
         query = f"{last_question} {line}" if last_question else line
         try:
+            check_question_length(line)
             result, stream = ws.ask(store, query, k=k, history=history[-2 * HISTORY_TURNS:], epman=epman)
             # The model sees the user's own words as the question; retrieval used the combined query.
             answer_text = ""

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .errors import EpiError
 from .llama_backend import LlamaModel, LlamaSession
 from .retrieve import RetrievedEvent
 
@@ -20,6 +21,11 @@ SYSTEM_PROMPT = (
     "Answer briefly. If the sources do not contain the answer, say that the documents do not say."
 )
 ANSWER_TOKENS = 256
+# The longest question epi takes, in characters. Retrieval embeds at most 256 word pieces of it (MiniLM's limit,
+# about 1,000 characters of English) and the model prefills all of it before the first answer token: at ~4
+# characters a token, 2,000 characters are ~500 tokens, about a second on 2 CPU cores; 20,000 took ~23 s. A longer
+# question is refused, not cut: a pasted page usually ends with the actual question, which a cut would drop.
+MAX_QUESTION_CHARS = 2000
 
 
 def citation(r: RetrievedEvent) -> str:
@@ -41,6 +47,12 @@ def numbered_sources(sources: list[tuple[str, str]]) -> str:
 def sources_turn(question: str, sources: list[tuple[str, str]]) -> str:
     """The user turn of a text-mode prompt: the numbered sources, then the question last."""
     return f"Sources:\n\n{numbered_sources(sources)}\n\nQuestion: {question}"
+
+
+def check_question_length(question: str) -> None:
+    if len(question) > MAX_QUESTION_CHARS:
+        raise EpiError(f"the question is {len(question):,} characters long; epi takes at most {MAX_QUESTION_CHARS:,} "
+                       "(retrieval reads about the first 1,000): ask it in fewer words")
 
 
 def clean_question(question: str) -> str:
