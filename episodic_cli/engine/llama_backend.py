@@ -53,6 +53,15 @@ def default_threads() -> int:
     return max(1, n if n <= 4 else n // 2)
 
 
+def generation_threads() -> int:
+    """Threads for one-token decodes (answers): one core fewer than for batches. A decode is hundreds of short
+    ops, each ending at a barrier where every thread waits for the slowest; with a thread per core, any other busy
+    process takes a core from one of them and stalls all the others at every op (bench/under_load.py: 2 cores and
+    one competing process cut answers from ~99 to ~31 tokens/s with 2 threads; 1 thread gave ~74 idle, ~79
+    loaded). Batches (ingest, prompts) have long ops and keep every core."""
+    return max(1, default_threads() - 1)
+
+
 @dataclass(frozen=True)
 class ModelInfo:
     path: Path
@@ -196,9 +205,8 @@ class LlamaSession:
         params.n_batch = INGEST_BATCH
         params.n_ubatch = INGEST_BATCH
         params.n_seq_max = n_seq_max
-        threads = n_threads or default_threads()
-        params.n_threads = threads
-        params.n_threads_batch = threads
+        params.n_threads = n_threads or generation_threads()  # --threads sets both
+        params.n_threads_batch = n_threads or default_threads()
         params.kv_unified = True
         params.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
         params.type_k = L.GGML_TYPE_F16
