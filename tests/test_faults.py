@@ -1,0 +1,346 @@
+"""Faults a user meets in the first hour (issue 15): each ends as one clear line on stderr naming the real cause and
+the fix, with the right exit code and no traceback, and leaves the documents already stored intact. The real
+bundled model runs; mocks only inject failures (a full disk)."""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import random
+import sqlite3
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from episodic_cli.app import app
+from episodic_cli.engine.answer import MAX_QUESTION_CHARS
+from episodic_cli.engine.gguf import describe_damage
+from episodic_cli.engine.models import bundled_model_path
+from episodic_cli.store import Store, StoreError
+
+runner = CliRunner()
+PROSE = "The tide tables were kept in the harbour office, beside the ledger of storms. " * 6 + "\n"
+
+
+def invoke(*args, **kwargs):
+    return runner.invoke(app, [str(a) for a in args], **kwargs)
+
+
+def assert_one_line_error(result, *needles: str, code: int = 1) -> str:
+    assert result.exit_code == code, (result.exit_code, result.output)
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert "Traceback" not in result.output
+    err = result.stderr.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("error: "), err
+    for n in needles:
+        assert n in err, (n, err)
+    return err
+
+
+def stored(store_dir: Path) -> dict[str, int]:
+    """display path -> number of events, read straight from the store."""
+    with Store.open_existing(store_dir) as st:
+        return {d.display_path: len(st.events_of(d.id)) for d in st.documents()}
+
+
+def ingest_documents(tmp_path: Path, names: list[str]) -> list[Path]:
+    docs = []
+    for i, name in enumerate(names):
+        doc = tmp_path / name
+        doc.write_text(f"Document {i}. " + PROSE, encoding="utf-8")
+        docs.append(doc)
+    return docs
+
+
+# ------------------------------------------------------------------------------- 1, 7: damaged model files
+
+
+def crafted_gguf(path: Path, key_length: int) -> Path:
+    """A GGUF v3 preamble (0 tensors, 1 metadata entry) whose first key claims `key_length` bytes."""
+    path.write_bytes(b"GGUF" + struct.pack("<IQQQ", 3, 0, 1, key_length) + b"general.name" + bytes(64))
+    return path
+
+
+def random_gguf(path: Path) -> Path:
+    path.write_bytes(b"GGUF" + random.Random(15).randbytes(4096))
+    return path
+
+
+@pytest.mark.parametrize("make", [
+    random_gguf,
+    lambda p: crafted_gguf(p, 2**62),  # the MemoryError of issue 15: a huge key length, read while peeking
+], ids=["random-bytes", "huge-key-length"])
+def test_corrupt_gguf_header_is_one_line(tmp_path, shared_store, make):
+    fake = make(tmp_path / "corrupt.gguf")
+    before = stored(shared_store.store_dir)
+    result = invoke("ingest", shared_store.text, "--model", fake, "--store", shared_store.store_dir)
+    assert_one_line_error(result, str(fake), "not a valid GGUF file", "header is damaged")
+    assert stored(shared_store.store_dir) == before
+
+
+def test_corrupt_gguf_through_the_real_entry_point(tmp_path):
+    """The reported case: `GGUF` + random bytes ended in a 130-line MemoryError traceback."""
+    fake = tmp_path / "model.gguf"
+    fake.write_bytes(b"GGUF" + random.Random(1).randbytes(1 << 16))
+    doc = ingest_documents(tmp_path, ["doc.txt"])[0]
+    env = {**os.environ, "EPI_HOME": str(tmp_path / "home")}
+    proc = subprocess.run([sys.executable, "-m", "episodic_cli", "ingest", str(doc), "--model", str(fake)],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith(f"error: {fake} is not a valid GGUF file"), line
+
+
+def truncated_copy(source: Path, target: Path, n_bytes: int = 10 << 20) -> Path:
+    with source.open("rb") as f:
+        target.write_bytes(f.read(n_bytes))
+    return target
+
+
+def test_truncated_bundled_model_is_blamed_on_the_file_not_the_cache(tmp_path, shared_store):
+    """The Q4_1 file is expanded to F16 first: its failure used to read "is the cache directory writable?"."""
+    trunc = truncated_copy(bundled_model_path(), tmp_path / "SmolLM2-cut.gguf")
+    before = stored(shared_store.store_dir)
+    result = invoke("ingest", shared_store.text, "--model", trunc, "--store", shared_store.store_dir)
+    err = assert_one_line_error(result, str(trunc), "truncated", "10.0 MB", "copy or download it again")
+    assert "cache" not in err
+    assert stored(shared_store.store_dir) == before
+
+
+def test_truncated_f16_model_loaded_as_is(tmp_path, engine):
+    """A model used as provided (F16) fails inside llama.cpp's loader instead; the same diagnosis applies."""
+    trunc = truncated_copy(engine.prepared.path, tmp_path / "model-f16-cut.gguf")
+    assert "truncated" in describe_damage(trunc)
+    doc = ingest_documents(tmp_path, ["doc.txt"])[0]
+    result = invoke("ingest", doc, "--model", trunc, "--store", tmp_path / "store")
+    assert_one_line_error(result, str(trunc), "truncated", "copy or download it again")
+    assert describe_damage(engine.prepared.path) is None  # an intact model is not called damaged
+
+
+# ------------------------------------------------------------------------- 2: empty files in a walked folder
+
+
+def test_empty_files_in_a_walked_folder_are_skipped_quietly(tmp_path):
+    tree = tmp_path / "project"
+    (tree / "pkg").mkdir(parents=True)
+    (tree / "pkg" / "__init__.py").write_bytes(b"")
+    (tree / "pkg" / "blank.md").write_text("  \n\n\t\n", encoding="utf-8")
+    (tree / "notes.txt").write_text(PROSE, encoding="utf-8")
+    store = tmp_path / "store"
+    result = invoke("ingest", tree, "--store", store, "--json")
+    assert result.exit_code == 0, result.output
+    records = {Path(r["path"]).name: r for r in map(json.loads, result.stdout.splitlines())}
+    assert records["notes.txt"]["status"] == "ingested"
+    for name in ("__init__.py", "blank.md"):
+        assert records[name]["status"] == "skipped" and records[name]["error"] == "empty file"
+    assert list(stored(store)) == [str(tree / "notes.txt")]
+
+    (tree / "notes.txt").write_text(PROSE + "One more line.\n", encoding="utf-8")
+    result = invoke("ingest", tree, "--store", store)  # human form: dim one-line notes, summary counts them
+    assert result.exit_code == 0, result.output
+    assert "✗" not in result.stderr and "error" not in result.stderr
+    assert sum("empty, skipped" in line for line in result.stderr.splitlines()) == 2
+    assert "2 skipped" in result.stderr
+
+
+def test_a_folder_of_only_empty_files_has_nothing_to_ingest(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_bytes(b"")
+    result = invoke("ingest", tmp_path / "pkg", "--store", tmp_path / "store")
+    assert_one_line_error(result, "nothing to ingest", "__init__.py: empty file")
+    assert not (tmp_path / "store").exists()  # refused before a store is created or a model loaded
+
+
+# ----------------------------------------------------------------------------- 8: named paths that fail
+
+
+def test_missing_and_looping_named_paths_fail_the_run_but_good_files_are_ingested(tmp_path):
+    good = ingest_documents(tmp_path, ["good.txt"])[0]
+    missing = tmp_path / "missing.txt"
+    loop = tmp_path / "loop.txt"
+    os.symlink(loop.name, loop)  # points at itself
+    store = tmp_path / "store"
+    result = invoke("ingest", missing, loop, good, "--store", store, "--json")
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    records = {r["path"]: r for r in map(json.loads, result.stdout.splitlines())}
+    assert records[str(good)]["status"] == "ingested"
+    assert records[str(missing)] == {**records[str(missing)], "status": "failed",
+                                     "error": "no such file or directory"}
+    assert records[str(loop)]["status"] == "failed" and records[str(loop)]["error"].startswith("symlink loop")
+    assert list(stored(store)) == [str(good)]
+
+
+def test_only_missing_paths_are_refused_before_loading_anything(tmp_path):
+    missing = tmp_path / "missing.txt"
+    result = invoke("ingest", missing, "--store", tmp_path / "store")
+    assert_one_line_error(result, f"nothing to ingest: {missing}: no such file or directory")
+    assert not (tmp_path / "store").exists()
+
+
+def test_piped_ingest_prints_whole_lines_and_no_bars(tmp_path):
+    """The real entry point with stderr piped: a typo among the paths exits 1 and is named on its own line; each
+    per-file line stays whole (it used to wrap at 80 columns in the middle of a number); no progress bar frames."""
+    deep = tmp_path / ("a-folder-name-long-enough-to-push-the-line-past-eighty-columns" * 2)
+    deep.mkdir()
+    good = ingest_documents(deep, ["good.txt"])[0]
+    missing = tmp_path / "typo.txt"
+    env = {**os.environ, "EPI_HOME": str(tmp_path / "home"), "COLUMNS": "80"}
+    proc = subprocess.run([sys.executable, "-m", "episodic_cli", "ingest", str(good), str(missing), "--store",
+                           str(tmp_path / "store")], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.splitlines()
+    [done] = [ln for ln in lines if ln.startswith("✓")]
+    assert done.startswith(f"✓ {good}: ") and done.endswith(" tok/s)"), lines
+    assert [ln for ln in lines if "typo.txt" in ln] == [f"✗ {missing}: no such file or directory"]
+    assert not any("files (bytes)" in ln or "━" in ln for ln in lines), lines
+    assert any(ln.startswith("1 ingested, 1 failed; ") for ln in lines), lines
+
+
+# ---------------------------------------------------------------------------------------- 6: disk full
+
+
+def enospc(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def fail_after_first_commit(monkeypatch, fail) -> list[int]:
+    """Let the first document commit, then make `fail` the behaviour of every later write; returns the count of
+    failed writes (so a test can check the injection point was really reached)."""
+    armed, failed = [], []
+    real_replace = Store.replace_document
+
+    def replace_document(self, *args, **kwargs):
+        if armed:
+            failed.append(1)
+            return fail(self, *args, **kwargs)
+        committed = real_replace(self, *args, **kwargs)
+        armed.append(True)
+        return committed
+
+    monkeypatch.setattr(Store, "replace_document", replace_document)
+    return failed, armed
+
+
+def test_disk_full_on_a_block_write_stops_the_run_with_one_line(tmp_path, monkeypatch):
+    """ENOSPC from the KV block file's write (os.pwrite) while the second of three files is ingested."""
+    docs = ingest_documents(tmp_path, ["a.txt", "b.txt", "c.txt"])
+    store = tmp_path / "store"
+    armed: list[bool] = []
+    writes_failed: list[int] = []
+    real_pwrite = os.pwrite
+
+    def pwrite(fd, data, offset):
+        if armed:
+            writes_failed.append(1)
+            enospc()
+        return real_pwrite(fd, data, offset)
+
+    real_replace = Store.replace_document
+
+    def replace_document(self, *args, **kwargs):
+        committed = real_replace(self, *args, **kwargs)
+        armed.append(True)
+        return committed
+
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    monkeypatch.setattr(Store, "replace_document", replace_document)
+    result = invoke("ingest", *docs, "--store", store, "--json")
+    assert writes_failed, "the KV block write no longer goes through os.pwrite: move the injection point"
+    assert len(writes_failed) == 1  # stopped at the first failure: c.txt was never tried
+    err = assert_one_line_error(result, "disk full: ", " MB needed for ", "b.txt", f" MB free at {store}")
+    assert "unexpected" not in err and "Errno" not in err
+    assert [json.loads(line)["path"] for line in result.stdout.splitlines()] == [str(docs[0])]
+    monkeypatch.undo()
+    assert list(stored(store)) == [str(docs[0])] and stored(store)[str(docs[0])] > 0
+
+
+def test_disk_full_in_sqlite_stops_the_run_with_one_line(tmp_path, monkeypatch):
+    """SQLITE_FULL at commit, as the store reports it (a StoreError caused by sqlite3's error)."""
+    docs = ingest_documents(tmp_path, ["a.txt", "b.txt", "c.txt"])
+    store = tmp_path / "store"
+
+    def sqlite_full(self, *args, **kwargs):
+        try:
+            raise sqlite3.OperationalError("database or disk is full")
+        except sqlite3.OperationalError as exc:
+            raise StoreError(f"disk full while writing store '{self.path}'; nothing was changed.") from exc
+
+    failed, _ = fail_after_first_commit(monkeypatch, sqlite_full)
+    result = invoke("ingest", *docs, "--store", store, "--json", "--no-kv")
+    assert len(failed) == 1
+    assert_one_line_error(result, "disk full: ", f"needed for {docs[1]}, ", f"MB free at {store}")
+    monkeypatch.undo()
+    assert list(stored(store)) == [str(docs[0])]
+
+
+def test_disk_full_estimate_counts_kv_blocks(engine, tmp_path):
+    """The 'needed' figure: KV blocks dominate (about 12 KB per token at q8_0 with the bundled model)."""
+    from conftest import workspace_for
+    from episodic_cli.engine.segment import SegmentParams
+
+    ws = workspace_for(engine, tmp_path / "store")
+    params = SegmentParams()
+    st = ws.store_for_writing(params)
+    try:
+        with st.writer():
+            ingestor = ws.ingestor(st, params)
+            try:
+                per_token = ingestor.bytes_needed(None, 100_000) / 100_000
+            finally:
+                ingestor.close()
+    finally:
+        st.close()
+    assert 11_000 < per_token < 13_500, per_token
+
+
+# ------------------------------------------------------------------------------------ 9: long questions
+
+
+def test_long_question_is_refused_with_the_limit_named(shared_store):
+    question = "Where is the key? " * 1200  # ~21,600 characters, as in the issue
+    result = invoke("ask", question, "--store", shared_store.store_dir)
+    assert_one_line_error(result, f"{len(question):,} characters", f"at most {MAX_QUESTION_CHARS:,}")
+
+
+def test_long_question_in_chat_is_refused_and_the_chat_goes_on(shared_store):
+    long_line = "x" * (MAX_QUESTION_CHARS + 1)
+    result = invoke("chat", "--store", shared_store.store_dir, input=f"{long_line}\n/exit\n")
+    assert result.exit_code == 0, result.output
+    errors = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]
+    assert errors == [f"error: the question is {MAX_QUESTION_CHARS + 1:,} characters long; epi takes at most "
+                      f"{MAX_QUESTION_CHARS:,} (retrieval reads about the first 1,000): ask it in fewer words"]
+
+
+# --------------------------------------------------------------------------- 10: threads under a busy CPU
+
+
+def test_openmp_threads_sleep_at_barriers_unless_the_user_says_otherwise(tmp_path):
+    """llama.cpp's OpenMP threads must not spin when another process wants the cores (bench/under_load.py); the
+    setting must be in place before llama.cpp loads, and an explicit one in the environment wins."""
+    probe = ("import os, episodic_cli.engine.llama_backend; "
+             "print(os.environ.get('OMP_WAIT_POLICY'), os.environ.get('GOMP_SPINCOUNT'))")
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=60)
+    assert out.stdout.split() == ["passive", "None"], out.stderr
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                         env={**env, "GOMP_SPINCOUNT": "300000"})
+    assert out.stdout.split() == ["None", "300000"], out.stderr
+
+
+def test_threads_option_still_sets_llama_threads(bundled_model):
+    import llama_cpp as L
+
+    from episodic_cli.engine.llama_backend import LlamaSession
+
+    session = LlamaSession(bundled_model, n_ctx=256, n_threads=1)
+    try:
+        assert L.llama_n_threads(session.ctx) == 1 and L.llama_n_threads_batch(session.ctx) == 1
+    finally:
+        session.close()
