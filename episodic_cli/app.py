@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -20,7 +21,6 @@ from .engine.kv_capture import DEFAULT_KIND
 from .engine.kv_memory import KINDS as KV_KINDS
 from .engine.workspace import MAX_EVENT_TOKENS, MODES, Workspace
 from .store import Store, StoreError
-from .store.kv_compaction import CompactionResult, KVUsage
 
 app = typer.Typer(
     name="epi",
@@ -42,6 +42,27 @@ ModelOpt = Annotated[Optional[str], typer.Option("--model", "-m", help="A GGUF c
 ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", "-t", min=1, help="CPU threads for llama.cpp (default: physical cores).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout and nothing else.")]
 EpmanOpt = Annotated[bool, typer.Option("--epman", help="kv mode: weight each retrieved block by its relevance (EpMAN; V rows scaled into [0.9, 1.0]).")]
+KVBudgetOpt = Annotated[Optional[str], typer.Option("--kv-budget", help="Disk the store may use for KV blocks, all models together (e.g. `500MB`, `20GB`, `0`); kept in the store. Default 10GB.", show_default=False)]
+
+_SIZE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
+               "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_size(text: str) -> int:
+    """'500MB', '20GB', '1.5GiB', '0' -> bytes (decimal units as disks are sold; KiB/MiB/GiB binary)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
+    unit = match and _SIZE_UNITS.get(match.group(2).lower())
+    if not match or unit is None:
+        raise EpiError(f"cannot read the size {text!r}: write it like 500MB, 20GB or 1.5GiB")
+    return int(float(match.group(1)) * unit)
+
+
+def apply_kv_budget(st: Store, budget: str | None) -> None:
+    """Record a new KV budget and evict down to it at once (least recently used blocks first)."""
+    if budget is None:
+        return
+    st.set_kv_budget(parse_size(budget))
+    st.kv_space().shrink_to_budget()
 
 
 def handle_errors(fn: Callable) -> Callable:
@@ -76,13 +97,18 @@ def ingest(
     gamma: Annotated[float, typer.Option(help="Surprise threshold: mean + GAMMA x std of the last tokens (EM-LLM eq. 1).")] = SegmentParams.gamma,
     refine: Annotated[str, typer.Option(help="Boundary refinement (EM-LLM 3.3): each surprise cut may move back to the sentence or line end where the model's attention keys split best into two groups, judged by `modularity` or `conductance`; `none` keeps the surprise cuts.")] = SegmentParams.refine,
     kv_type: Annotated[str, typer.Option(help="How each event's KV block is stored for kv mode: q8_0 (about 12 KB/token with the bundled model), q4_0 (6.5 KB/token, less faithful) or f16 (23 KB/token, exact).")] = DEFAULT_KIND,
-    kv: Annotated[bool, typer.Option("--kv/--no-kv", help="Store KV blocks (fast answers in kv mode). --no-kv keeps only text (text mode, far less disk).")] = True,
+    kv: Annotated[bool, typer.Option("--kv/--no-kv", help="Keep KV blocks (fast answers in kv mode). --no-kv keeps only text: it sets the store's KV budget to 0 (answers in text mode).")] = True,
+    kv_budget: KVBudgetOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Read documents into the store: one llama.cpp pass per file, surprise-segmented events, embeddings.
 
     Unchanged files are skipped (content hash); a changed file replaces its old events. Each file is committed on
     its own, so an error or Ctrl-C never loses the files already done; run the same command again to resume.
+
+    The pass also keeps each event's KV block for this model (kv mode loads it instead of re-reading the text) while
+    the store's KV budget (`--kv-budget`, default 10GB) allows; events without one are prepared from text when a
+    question first needs them.
     """
     if min_tokens > max_tokens:
         raise EpiError("--min-tokens must not exceed --max-tokens")
@@ -96,13 +122,19 @@ def ingest(
     found = list(discover(paths))
     if all(isinstance(f, Skipped) for f in found):  # say why before loading a model for nothing
         raise EpiError(nothing_to_ingest(found))
-    ws = Workspace(model, store, threads)
+    budget_text = "0" if not kv else kv_budget
+    if budget_text is not None:
+        parse_size(budget_text)  # a typo fails before the model loads
+    ws = Workspace(model, store, threads, warn=render.warning)
     with render.status("loading model and embedder", quiet=as_json):
         st = ws.store_for_writing(params)
         ws.embedder.load(batches=True)  # before the progress bars start
     results = []
     try:
-        with st.writer():  # before the block file is opened: a compaction by another process may have switched it
+        with st.writer():
+            apply_kv_budget(st, budget_text)
+            if kv:
+                st.set_kv_block_kind(kv_type)
             ingestor = ws.ingestor(st, params, kv_type if kv else None)
             try:
                 with render.IngestProgressView(found, quiet=as_json) as view:
@@ -112,7 +144,8 @@ def ingest(
                             print(json.dumps(result.as_json()), flush=True)
             finally:
                 ingestor.close()
-            compact_if_wasteful(st, quiet=as_json)
+                # Blocks of replaced documents, or of a file that failed or was interrupted before its commit.
+                st.collect_kv_garbage()
     finally:
         st.close()
     if not as_json:
@@ -149,12 +182,12 @@ def ask(
     if mode is not None and mode not in MODES:
         raise EpiError(f"unknown --mode {mode!r}: use text or kv")
     check_question_length(question)  # before any loading: a pasted page is refused at once
-    ws = Workspace(model, store, threads, warn=render.warning)
+    ws = Workspace(model, store, threads, warn=render.warning, on_prepare=render.prepare_progress(quiet=as_json))
     with Store.open_existing(ws.store_dir) as st:
         with render.status("loading model", quiet=as_json):
             ws.check_store(st)
             ws.embedder.load(batches=False)  # before timing starts
-            ws.answerer(mode or ws.default_mode())
+            ws.answerer(mode or ws.default_mode(st), st)
         result, stream = ws.ask(st, question, k=k, mode=mode, neighbours=neighbours, epman=epman)
         if as_json:
             for _ in stream:
@@ -179,12 +212,12 @@ def chat(
     """Talk to the archive: follow-up questions keep the conversation. Type /help inside for commands."""
     from .repl import run_repl
 
-    ws = Workspace(model, store, threads, warn=render.warning)
+    ws = Workspace(model, store, threads, warn=render.warning, on_prepare=render.prepare_progress())
     with Store.open_existing(ws.store_dir) as st:
         with render.status("loading model"):
             ws.check_store(st)
             ws.embedder.load(batches=False)
-            ws.answerer(ws.default_mode())
+            ws.answerer(ws.default_mode(st), st)
         run_repl(ws, st, k, epman)
     ws.close()
 
@@ -192,15 +225,22 @@ def chat(
 @app.command("ls")
 @handle_errors
 def list_documents(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
-    """List the documents in the store with their events, tokens and the store's size on disk."""
+    """List the documents in the store with their events and tokens, the archive's size, and each model's KV tier
+    against the store's KV budget."""
     with Store.open_existing(store_path(store)) as st:
         docs, stats = st.documents(), st.stats()
+        tiers = st.kv_space().usage()
+        kv = {"kv_budget_bytes": st.kv_budget, "kv_used_bytes": sum(t.bytes for t in tiers),
+              "kv_tiers": [{"tier": t.tier_id, "model": t.config.model_name if t.config else None,
+                            "block_kind": t.config.block_kind if t.config else None, "blocks": t.n_blocks,
+                            "kv_used_bytes": t.bytes} for t in tiers]}
         if as_json:
             print(json.dumps({"store": str(st.path), "documents": [
                 {"path": d.display_path, "kind": d.kind, "tokens": d.n_tokens, "events": d.n_events,
-                 "pages": d.n_pages, "lines": d.n_lines} for d in docs], **{k: v for k, v in stats.items() if k != "path"}}))
+                 "pages": d.n_pages, "lines": d.n_lines} for d in docs],
+                **{k: v for k, v in stats.items() if k != "path"}, **kv}))
         else:
-            render.documents(docs, stats)
+            render.documents(docs, stats, kv)
 
 
 @app.command()
@@ -243,7 +283,7 @@ def rm(
                 render.info(f"removed {p}")
             else:
                 missing.append(p)
-        compact_if_wasteful(st)
+        st.collect_kv_garbage()  # their KV blocks, in every model's tier
     if missing:
         raise EpiError(f"not in the store: {', '.join(missing)} (see `epi ls`)")
 
@@ -251,57 +291,62 @@ def rm(
 @app.command()
 @handle_errors
 def compact(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
-    """Give back the disk space of KV blocks whose documents were re-ingested or removed.
+    """Give disk space back: remove KV blocks no event names any more and shrink the database after removals.
 
-    The live blocks are copied, checksum-verified, into a new block file that replaces the old one in one step: an
-    interruption or a full disk leaves the store as it was. A block that fails its checksum is dropped (its event is
-    answered from text). `epi ingest` and `epi rm` compact on their own once more than half of the block file, and
-    more than 64 MiB, is waste; `epi ls` shows how much is.
+    `epi ingest` and `epi rm` remove the KV blocks of replaced or removed documents on their own; this also rewrites
+    the database file (SQLite VACUUM), which needs about its size in free disk while it runs.
     """
-    with Store.open_existing(store_path(store)) as st:
-        usage = st.kv_usage()
-        result = None
-        if usage.dead_bytes:
-            result = run_compaction(st, usage, quiet=as_json)
+    with Store.open_existing(store_path(store)) as st, st.writer():
+        db_before = st.stats()["disk_bytes"]
+        with render.status("compacting", quiet=as_json):
+            blocks, block_bytes = st.collect_kv_garbage()
+            st.vacuum()
+        db_after = st.stats()["disk_bytes"]
         if as_json:
-            before = usage.file_bytes if result is None else result.bytes_before
-            after = usage.file_bytes if result is None else result.bytes_after
-            print(json.dumps({"store": str(st.path), "compacted": result is not None, "bytes_before": before,
-                              "bytes_after": after, "reclaimed_bytes": before - after,
-                              "blocks_dropped": 0 if result is None else result.blocks_dropped}))
-        elif result is None:
-            render.nothing_to_compact(usage.file_bytes)
+            print(json.dumps({"store": str(st.path), "blocks_removed": blocks, "kv_reclaimed_bytes": block_bytes,
+                              "db_bytes_before": db_before, "db_bytes_after": db_after}))
         else:
-            render.compaction(result)
-
-
-def run_compaction(st: Store, usage: KVUsage, quiet: bool) -> CompactionResult:
-    """Compact under the caller's writer lock, with a progress bar over the live block bytes."""
-    with render.byte_progress("compacting KV blocks", usage.block_bytes, quiet=quiet) as advance:
-        return st.compact_kv_blocks(advance)
-
-
-def compact_if_wasteful(st: Store, quiet: bool = False) -> None:
-    """After `ingest` and `rm`, inside their writer lock: compact once dead blocks dominate the block file."""
-    usage = st.kv_usage()
-    if not usage.worth_compacting:
-        return
-    try:
-        result = run_compaction(st, usage, quiet)
-    except (StoreError, OSError) as exc:  # the command's own work is committed; the store is as it was
-        render.warning(f"could not compact the KV block file: {exc}")
-        return
-    if not quiet:
-        render.compaction(result)
+            render.compaction(blocks, block_bytes, db_before, db_after)
 
 
 @app.command()
 @handle_errors
-def doctor(store: StoreOpt = None, model: ModelOpt = None) -> None:
-    """Check the installation: versions, CPU features and threads, GPU offload, model, embedder and store health."""
+def config(
+    store: StoreOpt = None,
+    kv_budget: KVBudgetOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show the store's settings, or change them.
+
+    Example:  epi config --kv-budget 20GB     (lowering it evicts least recently used KV blocks at once)
+    """
+    with Store.open_existing(store_path(store)) as st:
+        if kv_budget is not None:
+            with st.writer():
+                apply_kv_budget(st, kv_budget)
+        settings = {"store": str(st.path), "kv_budget_bytes": st.kv_budget, "kv_block_kind": st.kv_block_kind,
+                    "kv_used_bytes": st.kv_space().used_bytes(), "embedder": st.identity.embedder,
+                    "segmenter": st.identity.segmenter.get("model_name"), "segmentation": st.identity.segmentation}
+        if as_json:
+            print(json.dumps(settings))
+        else:
+            render.settings(settings)
+
+
+@app.command()
+@handle_errors
+def doctor(
+    store: StoreOpt = None,
+    model: ModelOpt = None,
+    quick: Annotated[bool, typer.Option("--quick", help="Skip reading every KV block to verify its checksum.")] = False,
+    repair: Annotated[bool, typer.Option("--repair", help="Remove the KV blocks that fail their check; their events are prepared again from text when next needed.")] = False,
+) -> None:
+    """Check the installation: versions, CPU features and threads, GPU offload, model, embedder and store health,
+    and every stored KV block's checksum (`--quick` skips that)."""
     from .engine.diagnostics import collect
 
-    ok = render.doctor(collect(model, store))
+    progress = lambda total: render.byte_progress("verifying KV blocks", total)  # noqa: E731
+    ok = render.doctor(collect(model, store, verify_blocks=not quick, repair=repair, progress=progress))
     if not ok:
         raise typer.Exit(1)
 

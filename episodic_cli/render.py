@@ -68,20 +68,34 @@ def byte_progress(description: str, total: int, quiet: bool = False) -> Iterator
         yield lambda n: progress.update(task, advance=n)
 
 
-def compaction(result) -> None:
-    line = (f"compacted the KV block file: reclaimed {_size(result.reclaimed_bytes)} "
-            f"({_size(result.bytes_before)} → {_size(result.bytes_after)}, {result.blocks_kept:,} blocks kept)")
-    if result.blocks_dropped:
-        line += (f"; dropped {result.blocks_dropped:,} corrupt block(s): their events are answered from text "
-                 "until their documents are re-ingested")
+def compaction(blocks: int, block_bytes: int, db_before: int, db_after: int) -> None:
+    line = (f"removed {blocks:,} unused KV block(s) ({_size(block_bytes)}); database and index "
+            f"{_size(db_before)} → {_size(db_after)}")
     err.print(escape(line), soft_wrap=True)
 
 
-def nothing_to_compact(file_bytes: int) -> None:
-    if file_bytes:
-        err.print(f"nothing to reclaim: all {_size(file_bytes)} of the KV block file are in use")
-    else:
-        err.print("nothing to reclaim: this store has no KV blocks")
+def prepare_progress(quiet: bool = False) -> Callable[[int, int], None]:
+    """kv mode's cold events (no stored block for this model yet) are prefilled from text before the answer starts;
+    on a big model on a CPU that takes seconds, so after the first second a line shows how far it is."""
+    started: list[float] = []
+
+    def show(done: int, total: int) -> None:
+        if quiet or not err.is_terminal or total <= 0:
+            return
+        now = time.monotonic()
+        if not started:
+            started.append(now)
+        elapsed = now - started[0]
+        if elapsed >= 1.0:
+            eta = (total - done) * elapsed / max(done, 1)
+            end = "\n" if done >= total else "\r"
+            err.file.write(f"preparing events not yet in the KV cache: {done:,} of {total:,} tokens "
+                           f"(~{eta:.0f} s left)    {end}")
+            err.file.flush()
+        if done >= total:
+            started.clear()
+
+    return show
 
 
 class IngestProgressView:
@@ -192,7 +206,7 @@ def timings(result) -> None:
               f"total {t.total_s:.2f} s[/]")
 
 
-def documents(docs, stats: dict) -> None:
+def documents(docs, stats: dict, kv: dict) -> None:
     if not docs:
         out.print(f"store {escape(str(stats.get('path', '')))} is empty; add files with [bold]epi ingest PATH[/]")
         return
@@ -206,9 +220,16 @@ def documents(docs, stats: dict) -> None:
     out.print(table)
     out.print(f"\n{stats['n_documents']} documents · {stats['n_events']:,} events · {stats['n_tokens']:,} tokens · "
               f"{_size(stats['disk_bytes'])} on disk · {escape(str(stats.get('path', '')))}")
-    if stats.get("kv_dead_bytes"):
-        out.print(f"KV blocks: {_size(stats['kv_file_bytes'])}, of which {_size(stats['kv_dead_bytes'])} belong to "
-                  "re-ingested or removed documents; [bold]epi compact[/] reclaims them")
+    out.print(f"KV blocks: {_size(kv['kv_used_bytes'])} of the {_size(kv['kv_budget_bytes'])} budget "
+              "([bold]epi config --kv-budget SIZE[/] changes it)")
+    for t in kv["kv_tiers"]:
+        out.print(f"  {escape(t['tier'])}: {t['blocks']:,} blocks, {_size(t['kv_used_bytes'])}")
+
+
+def settings(values: dict) -> None:
+    for key, value in values.items():
+        shown = _size(value) if key.endswith("_bytes") else value
+        out.print(f"[bold]{key}[/]: {escape(str(shown))}")
 
 
 def event(ev, doc) -> None:

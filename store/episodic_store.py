@@ -1,7 +1,8 @@
-"""The episodic store: one directory holding SQLite (source of truth) and a derived hnswlib index.
+"""The episodic store: one directory holding the archive and its KV tiers.
 
-Layout: store.sqlite3 (metadata, events, embeddings, FTS5), index.hnsw (rebuilt from SQLite whenever it is missing or
-stale), kv/ (the KV block file of the current generation: kv_generations), lock (flock held by the single writer).
+Layout: store.sqlite3 (the archive: documents, events, embeddings, FTS5; model-independent), index.hnsw (derived,
+rebuilt from SQLite whenever it is missing or stale), kv/ (per-model KV block tiers under one disk budget: kv_tier/),
+lock (flock held by the single writer).
 """
 
 from __future__ import annotations
@@ -23,10 +24,9 @@ import numpy as np
 
 from . import schema
 from .index import DenseIndex
-from .kv_blocks import KVBlockReader
-from .kv_compaction import CompactionResult, KVUsage, LiveBlock, copy_live_blocks
-from .kv_generations import BLOCK_DIR, block_file_name, orphan_block_files, record_generation, recorded_generation
+from .kv_tier import BLOCK_KINDS, KVSpace, block_key
 from .records import (
+    DEFAULT_KV_BUDGET_BYTES,
     IDENTITY_CHECKED_FIELDS,
     STORE_FORMAT_VERSION,
     DocumentRecord,
@@ -36,13 +36,13 @@ from .records import (
     StoreIdentity,
     StoreMismatchError,
 )
-from .rep_keys import decode_rep_keys, encode_rep_keys
+from .upgrade_v1 import remove_v1_leftovers, upgrade_v1
 
 log = logging.getLogger(__name__)
 
 DB_NAME = "store.sqlite3"
 INDEX_NAME = "index.hnsw"
-KV_DIR = BLOCK_DIR
+KV_DIR = "kv"
 LOCK_NAME = "lock"
 
 # Rebuild instead of growing forever once tombstones outnumber live vectors (re-ingesting edited documents).
@@ -51,11 +51,12 @@ REBUILD_BATCH = 10_000
 MAX_QUERY_TERMS = 32
 
 _DOC_COLS = (
-    "id, path, display_path, kind, content_sha256, n_tokens, n_events, n_pages, n_lines, ingest_seconds, ingested_at"
+    "id, path, display_path, kind, content_sha256, n_tokens, n_events, n_pages, n_lines, ingest_seconds, ingested_at, "
+    "segmenter"
 )
 _EVENT_COLS = (
     "id, document_id, ordinal, token_start, token_end, char_start, char_end, page_start, page_end, "
-    "line_start, line_end, surprise_mean, surprise_max, text, kv_offset, kv_length, rep_keys"
+    "line_start, line_end, surprise_mean, surprise_max, text"
 )
 
 STOP_WORDS = frozenset(
@@ -96,37 +97,15 @@ def _is_disk_full(exc: BaseException) -> bool:
     return False
 
 
-def _remove_block_file(path: Path) -> None:
-    """After the switch commits; the directory is synced so that the old file does not come back after a crash."""
-    path.unlink(missing_ok=True)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
-def _short(sha: str) -> str:
-    return sha[:12] + "…" if len(sha) > 12 else sha
-
-
 def _describe(identity: StoreIdentity, field: str) -> str:
     return {
-        "model_name": f"model {identity.model_name}",
-        "model_sha256": f"model {identity.model_name} (sha {_short(identity.model_sha256)})",
-        "tokenizer_sha256": f"tokenizer sha {_short(identity.tokenizer_sha256)}",
-        "llama_cpp_version": f"llama-cpp-python {identity.llama_cpp_version}",
         "embedder": f"embedder {identity.embedder}",
         "embed_dim": f"embedding dimension {identity.embed_dim}",
     }[field]
 
 
-def _advice(stored: StoreIdentity, field: str) -> str:
-    if field == "llama_cpp_version":
-        return f"Install llama-cpp-python=={stored.llama_cpp_version}, or use --store NEW to build a separate store."
-    if field in ("embedder", "embed_dim"):
-        return f"Use embedder {stored.embedder}, or use --store NEW to build a separate store."
-    return f"Use --model {stored.model_name} (the same GGUF file), or use --store NEW to build a separate store."
+def _advice(stored: StoreIdentity) -> str:
+    return f"Use embedder {stored.embedder}, or use --store NEW to build a separate store."
 
 
 def _identity_from_json(text: str) -> StoreIdentity:
@@ -136,19 +115,18 @@ def _identity_from_json(text: str) -> StoreIdentity:
 
 
 def _document(row: tuple) -> DocumentRecord:
-    (id_, path, display, kind, sha, n_tokens, n_events, n_pages, n_lines, secs, at) = row
+    (id_, path, display, kind, sha, n_tokens, n_events, n_pages, n_lines, secs, at, segmenter) = row
     return DocumentRecord(
         path=path, display_path=display, kind=kind, content_sha256=sha, n_tokens=n_tokens, n_events=n_events,
-        n_pages=n_pages, n_lines=n_lines, ingest_seconds=secs, ingested_at=at, id=id_,
+        n_pages=n_pages, n_lines=n_lines, ingest_seconds=secs, ingested_at=at, id=id_, segmenter=segmenter,
     )  # fmt: skip
 
 
 def _event(row: tuple) -> EventRecord:
-    (id_, doc_id, ordinal, ts, te, cs, ce, ps, pe, ls, le, smean, smax, text, kv_off, kv_len, rep) = row
+    (id_, doc_id, ordinal, ts, te, cs, ce, ps, pe, ls, le, smean, smax, text) = row
     return EventRecord(
         ordinal=ordinal, token_start=ts, token_end=te, char_start=cs, char_end=ce, page_start=ps, page_end=pe,
         line_start=ls, line_end=le, surprise_mean=smean, surprise_max=smax, text=text, id=id_, document_id=doc_id,
-        kv_offset=kv_off, kv_length=kv_len, rep_keys=decode_rep_keys(rep),
     )  # fmt: skip
 
 
@@ -202,8 +180,10 @@ class Store:
         except sqlite3.Error as e:
             raise StoreError(f"cannot open store '{path}' ({e}); check the path, or use --store NEW.") from e
         try:
-            cls._check_format(conn, path)
+            format_version = cls._check_format(conn, path)
             schema.migrate(conn)
+            if format_version == 1:
+                cls._upgrade_from_v1(path, conn)
             stored = cls._recorded_identity(conn, identity)
             if stored is None:
                 raise StoreError(f"store '{path}' has no recorded identity; run `epi ingest` first")
@@ -222,16 +202,38 @@ class Store:
             raise
 
     @staticmethod
-    def _check_format(conn: sqlite3.Connection, path: Path) -> None:
+    def _check_format(conn: sqlite3.Connection, path: Path) -> int | None:
+        """The store's format version (None: a brand-new database); format 1 is upgraded, others are refused."""
         if not conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'").fetchone():
-            return  # brand-new database
+            return None  # brand-new database
         row = conn.execute("SELECT value FROM meta WHERE key='format_version'").fetchone()
-        if row is not None and int(row[0]) != STORE_FORMAT_VERSION:
-            raise StoreMismatchError(
-                f"store '{path}' has format version {row[0]}; this epi uses format {STORE_FORMAT_VERSION} "
-                f"(format_version differs). Re-ingest into --store NEW, or delete '{path}'.",
-                "format_version", int(row[0]), STORE_FORMAT_VERSION,
-            )  # fmt: skip
+        if row is None or int(row[0]) in (1, STORE_FORMAT_VERSION):
+            return None if row is None else int(row[0])
+        raise StoreMismatchError(
+            f"store '{path}' has format version {row[0]}, made by a newer epi; this epi reads formats 1 and "
+            f"{STORE_FORMAT_VERSION}. Upgrade epi, or re-ingest into --store NEW.",
+            "format_version", int(row[0]), STORE_FORMAT_VERSION,
+        )  # fmt: skip
+
+    @classmethod
+    def _upgrade_from_v1(cls, path: Path, conn: sqlite3.Connection) -> None:
+        """Format 1 -> 2 in place (upgrade_v1.py), under the writer lock: a store being written by an older epi
+        is left alone until it finishes."""
+        fd = os.open(path / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise StoreBusyError(f"store '{path}' needs a one-time upgrade to format {STORE_FORMAT_VERSION}, but "
+                                     "another epi process is writing it; retry when it has finished.") from None
+            row = conn.execute("SELECT value FROM meta WHERE key='format_version'").fetchone()
+            if row is not None and int(row[0]) == 1:  # another process may have upgraded it meanwhile
+                moved, cold = upgrade_v1(path, conn)
+                log.info("store %s upgraded to format %d: %d KV blocks moved into the model's tier, %d left to be "
+                         "prepared on use", path, STORE_FORMAT_VERSION, moved, cold)
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
 
     @staticmethod
     def _recorded_identity(conn: sqlite3.Connection, identity: StoreIdentity | None) -> StoreIdentity | None:
@@ -259,7 +261,7 @@ class Store:
             if stored != requested:
                 raise StoreMismatchError(
                     f"store '{self.path}' was built with {_describe(self.identity, field)}; this run uses "
-                    f"{_describe(identity, field)} ({field} differs). {_advice(self.identity, field)}",
+                    f"{_describe(identity, field)} ({field} differs). {_advice(self.identity)}",
                     field, stored, requested,
                 )  # fmt: skip
 
@@ -288,7 +290,7 @@ class Store:
         self._lock_fd = fd
         try:
             self._sync_index()  # another process may have written since we opened
-            self._remove_kv_orphans()
+            remove_v1_leftovers(self.path)
             yield self
         finally:
             self._lock_fd = None
@@ -352,9 +354,9 @@ class Store:
                 old_ids = self._delete_rows(doc.path) or []
                 cur = self._conn.execute(
                     "INSERT INTO documents (path, display_path, kind, content_sha256, n_tokens, n_events, n_pages, "
-                    "n_lines, ingest_seconds, ingested_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "n_lines, ingest_seconds, ingested_at, segmenter) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (new.path, new.display_path, new.kind, new.content_sha256, new.n_tokens, new.n_events,
-                     new.n_pages, new.n_lines, new.ingest_seconds, new.ingested_at),
+                     new.n_pages, new.n_lines, new.ingest_seconds, new.ingested_at, new.segmenter),
                 )  # fmt: skip
                 new.id = cur.lastrowid
                 event_ids = [self._insert_event(new.id, ev, vec) for ev, vec in zip(events, vectors)]
@@ -366,11 +368,11 @@ class Store:
     def _insert_event(self, document_id: int, ev: EventRecord, vector: np.ndarray) -> int:
         cur = self._conn.execute(
             "INSERT INTO events (document_id, ordinal, token_start, token_end, char_start, char_end, page_start, "
-            "page_end, line_start, line_end, surprise_mean, surprise_max, text, embedding, kv_offset, kv_length, "
-            "rep_keys) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "page_end, line_start, line_end, surprise_mean, surprise_max, text, embedding) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (document_id, ev.ordinal, ev.token_start, ev.token_end, ev.char_start, ev.char_end, ev.page_start,
              ev.page_end, ev.line_start, ev.line_end, float(ev.surprise_mean), float(ev.surprise_max), ev.text,
-             vector.astype(np.float32).tobytes(), ev.kv_offset, ev.kv_length, encode_rep_keys(ev.rep_keys)),
+             vector.astype(np.float32).tobytes()),
         )  # fmt: skip
         self._conn.execute(
             "INSERT INTO events_fts (rowid, text) VALUES (?, ?)", (cur.lastrowid, fts5_document(ev.text))
@@ -507,72 +509,69 @@ class Store:
         )
         return [(int(r[0]), -float(r[1])) for r in rows]
 
-    # ------------------------------------------------------------------------------------------ KV blocks
+    # ------------------------------------------------------------------------------------------ KV tiers
+
+    def _meta(self, key: str) -> str | None:
+        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else row[0]
+
+    def _set_meta(self, key: str, value: str) -> None:
+        with self.writer(), self._transaction("configuring"):
+            self._conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
 
     @property
-    def kv_block_path(self) -> Path:
-        """The current KV block file; compaction moves the blocks into the file of the next generation."""
-        return self.path / block_file_name(recorded_generation(self._conn))
+    def kv_budget(self) -> int:
+        """Bytes all KV tiers of this store may hold together (docs/store-format.md, "The KV budget")."""
+        value = self._meta("kv_budget_bytes")
+        return DEFAULT_KV_BUDGET_BYTES if value is None else int(value)
 
-    def kv_usage(self) -> KVUsage:
-        path = self.kv_block_path
-        if not path.is_file():
-            return KVUsage(0, 0, 0)
-        try:
-            with KVBlockReader(path) as reader:
-                header_bytes = reader.first_block_offset
-        except StoreError:  # an unreadable header: every byte of the file is waste
-            header_bytes = 0
-        block_bytes = self._conn.execute("SELECT COALESCE(SUM(kv_length), 0) FROM events "
-                                         "WHERE kv_offset IS NOT NULL").fetchone()[0]
-        return KVUsage(path.stat().st_size, header_bytes, block_bytes)
+    def set_kv_budget(self, n_bytes: int) -> None:
+        if n_bytes < 0:
+            raise ValueError("the KV budget cannot be negative")
+        self._set_meta("kv_budget_bytes", str(int(n_bytes)))
 
-    def compact_kv_blocks(self, progress: Callable[[int], None] | None = None) -> CompactionResult:
-        """Copy the live blocks into the file of the next generation, then switch to it in the transaction that
-        rewrites every event's offset. A crash before the commit leaves the old file current and the new one an
-        orphan; after it, the old file is the orphan; the next writer deletes orphans. A block that fails its check
-        is dropped and its event answered from text. `progress(n)` is told the bytes of each block copied."""
+    @property
+    def kv_block_kind(self) -> str:
+        """How new KV blocks are stored (f16, q8_0, q4_0): part of each tier's key."""
+        return self._meta("kv_block_kind") or "q8_0"
+
+    def set_kv_block_kind(self, kind: str) -> None:
+        if kind not in BLOCK_KINDS:
+            raise ValueError(f"unknown KV block kind {kind!r}")
+        if kind != self._meta("kv_block_kind"):
+            self._set_meta("kv_block_kind", kind)
+
+    def kv_space(self) -> KVSpace:
+        return KVSpace(self.path / KV_DIR, self.kv_budget)
+
+    def live_block_keys(self) -> set[bytes]:
+        """The block key of every event in the archive: what a tier may keep (kv_tier.identity.block_key)."""
+        rows = self._conn.execute("SELECT d.content_sha256, e.char_start, e.char_end FROM events e "
+                                  "JOIN documents d ON d.id = e.document_id")
+        return {block_key(sha, c0, c1) for sha, c0, c1 in rows}
+
+    def events_by_block_key(self) -> dict[bytes, tuple[int, str]]:
+        """block key -> (event id, document display path), to name the events of damaged blocks."""
+        rows = self._conn.execute("SELECT e.id, d.display_path, d.content_sha256, e.char_start, e.char_end "
+                                  "FROM events e JOIN documents d ON d.id = e.document_id")
+        return {block_key(sha, c0, c1): (event_id, display) for event_id, display, sha, c0, c1 in rows}
+
+    def collect_kv_garbage(self) -> tuple[int, int]:
+        """Remove the KV blocks no event of the archive names any more (removed or replaced documents, an ingest
+        interrupted before its commit); (blocks, bytes) removed. The caller holds the writer lock."""
+        return self.kv_space().collect_garbage(self.live_block_keys())
+
+    def vacuum(self) -> None:
+        """Give the space of removed rows back to the filesystem (VACUUM needs the writer lock and free disk about
+        the size of the database)."""
         with self.writer():
-            generation = recorded_generation(self._conn)
-            old, new = self.path / block_file_name(generation), self.path / block_file_name(generation + 1)
-            if not old.is_file():
-                return CompactionResult(0, 0, 0, 0)
-            bytes_before = old.stat().st_size
-            rows = self._conn.execute("SELECT id, ordinal, kv_offset, kv_length FROM events "
-                                      "WHERE kv_offset IS NOT NULL ORDER BY kv_offset")
-            blocks = [LiveBlock(*row) for row in rows]
             try:
-                copied = copy_live_blocks(old, new, blocks, progress)
-                with self._transaction("compacting the KV blocks of"):
-                    self._conn.executemany("UPDATE events SET kv_offset = ?, kv_length = ? WHERE id = ?",
-                                           [(off, n, event_id) for event_id, (off, n) in copied.locations.items()])
-                    self._conn.executemany("UPDATE events SET kv_offset = NULL, kv_length = NULL WHERE id = ?",
-                                           [(event_id,) for event_id in copied.dropped])
-                    record_generation(self._conn, generation + 1)
-            except BaseException as e:
-                if recorded_generation(self._conn) == generation:  # not switched: the new file is nobody's
-                    new.unlink(missing_ok=True)
+                self._conn.execute("VACUUM")
+                self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            except sqlite3.Error as e:
                 if _is_disk_full(e):
-                    raise StoreError(f"disk full while compacting the KV blocks of store '{self.path}'; nothing was "
-                                     "changed. Free some space and retry.") from e
+                    raise StoreError(f"disk full while compacting store '{self.path}'; nothing was changed.") from e
                 raise
-            try:
-                _remove_block_file(old)
-            except OSError as e:  # the switch is committed: the old file is an orphan that the next writer removes
-                log.warning("store %s: could not remove the old block file %s (%s)", self.path, old, e)
-            return CompactionResult(bytes_before, new.stat().st_size, len(copied.locations), len(copied.dropped))
-
-    def _remove_kv_orphans(self) -> None:
-        """Block files of other generations are left by an interrupted compaction; only the writer may delete them,
-        since a compaction in progress owns the file of the next generation."""
-        for orphan in orphan_block_files(self.path, recorded_generation(self._conn)):
-            try:
-                orphan.unlink()
-                log.info("store %s: removed %s, left by an interrupted compaction", self.path, orphan.name)
-            except FileNotFoundError:
-                pass
-            except OSError as e:  # waste, not damage: writing may go on
-                log.warning("store %s: could not remove the leftover block file %s (%s)", self.path, orphan, e)
 
     # ---------------------------------------------------------------------------------------------- doctor
 
@@ -581,8 +580,8 @@ class Store:
             "SELECT COUNT(*), COALESCE(SUM(n_tokens), 0) FROM documents"
         ).fetchone()
         n_events = self._conn.execute("SELECT COUNT(*) FROM events").fetchone()[0]
-        disk_bytes = sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file())
-        kv = self.kv_usage()
+        kv_dir = self.path / KV_DIR
+        disk_bytes = sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file() and kv_dir not in f.parents)
         return {
             "path": str(self.path),
             "format_version": STORE_FORMAT_VERSION,
@@ -592,9 +591,6 @@ class Store:
             "disk_bytes": disk_bytes,
             "index_live": self._index.n_live,
             "index_deleted": self._index.n_deleted,
-            "kv_file_bytes": kv.file_bytes,
-            "kv_live_bytes": kv.live_bytes,
-            "kv_dead_bytes": kv.dead_bytes,
         }
 
     def health(self) -> list[str]:

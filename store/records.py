@@ -8,7 +8,10 @@ import numpy as np
 
 # Bump when anything on disk (schema semantics, embedding layout, KV block layout) stops being readable by
 # older/newer code; stores with another version are refused instead of being silently misread.
-STORE_FORMAT_VERSION = 1
+# Format 2 split the model-independent archive from the per-model KV tiers (kv_tier/); format 1 stores are upgraded
+# on open (upgrade_v1.py).
+STORE_FORMAT_VERSION = 2
+DEFAULT_KV_BUDGET_BYTES = 10 << 30  # see docs/store-format.md "The KV budget" for why
 
 
 class StoreError(Exception):
@@ -16,7 +19,7 @@ class StoreError(Exception):
 
 
 class StoreMismatchError(StoreError):
-    """Store was written by another model / embedder / llama-cpp-python version / format."""
+    """Store was written with another embedder or in another format."""
 
     def __init__(self, message: str, field: str = "", stored: object = None, requested: object = None):
         super().__init__(message)
@@ -31,26 +34,19 @@ class StoreBusyError(StoreError):
 
 @dataclass(frozen=True)
 class StoreIdentity:
-    model_name: str
-    model_sha256: str
-    tokenizer_sha256: str
-    llama_cpp_version: str
+    """What the archive is bound to: only the embedder (its vectors are the dense index). The language model that cut
+    the events (the segmenter) is recorded, not checked: any model can answer from the events' text, and its KV blocks
+    live in a tier of its own (kv_tier/)."""
+
     embedder: str
     embed_dim: int
-    # Recorded for `epi doctor` only: changing segmentation does not invalidate stored events.
+    # Recorded for `epi doctor` / `epi config` only; neither invalidates stored events.
+    segmenter: dict = field(default_factory=dict, compare=False)     # model_name, model_sha256, tokenizer_sha256
     segmentation: dict = field(default_factory=dict, compare=False)
 
 
-# Fields whose change makes stored tokens/KV/embeddings meaningless for the current run (checked in this order,
-# so the most understandable difference is reported first).
-IDENTITY_CHECKED_FIELDS = (
-    "model_name",
-    "model_sha256",
-    "tokenizer_sha256",
-    "llama_cpp_version",
-    "embedder",
-    "embed_dim",
-)
+# Fields whose change makes stored embeddings meaningless for the current run.
+IDENTITY_CHECKED_FIELDS = ("embedder", "embed_dim")
 
 
 @dataclass
@@ -66,6 +62,7 @@ class DocumentRecord:
     ingest_seconds: float
     ingested_at: float = 0.0
     id: int | None = None
+    segmenter: str | None = None  # "name sha256" of the model that cut this document's events (None: format 1)
 
 
 @dataclass
@@ -85,8 +82,3 @@ class EventRecord:
     embedding: np.ndarray | None = None
     id: int | None = None
     document_id: int | None = None
-    kv_offset: int | None = None     # the event's KV block in kv/blocks.ekv (kv mode); None when not captured
-    kv_length: int | None = None
-    # float16 [n_layer, n_keys, n_embd_k]: the event's representative attention keys (EM-LLM 3.4), unrotated;
-    # stored with its KV block, None without one.
-    rep_keys: np.ndarray | None = None

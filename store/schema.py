@@ -76,6 +76,14 @@ def m003_event_rep_keys(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE events ADD COLUMN rep_keys BLOB")
 
 
+@migration
+def m004_document_segmenter(conn: sqlite3.Connection) -> None:
+    # Format 2: the archive is model-independent; each document records which model cut its events (token spans are
+    # in that model's tokens). events.kv_offset/kv_length/rep_keys (m002, m003) are no longer used: KV blocks and
+    # their representative keys live in the per-model tiers under kv/, and stay NULL.
+    conn.execute("ALTER TABLE documents ADD COLUMN segmenter TEXT")
+
+
 def _applied(conn: sqlite3.Connection) -> set[str]:
     exists = conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='_migrations'").fetchone()
     if not exists:

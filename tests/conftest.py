@@ -189,3 +189,18 @@ def shared_ask(shared_store) -> SharedAsk:
         result = CliRunner().invoke(app, ["ask", TEXT_QUESTION, "--store", str(shared_store.store_dir), "-k", "1",
                                           "--neighbours", "0", "--json"])
     return SharedAsk(result.stdout, result.stderr, result.exit_code)
+
+
+def tier_block(st, event, document):
+    """The stored KV block of `event`, found by its key in the store's tiers (tests fill one tier per model; the
+    first match is returned), or None when no tier holds it."""
+    from episodic_cli.store.kv_tier import block_key
+    from episodic_cli.store.kv_tier.block_file import read_block_file
+
+    name = block_key(document.content_sha256, event.char_start, event.char_end).hex()
+    paths = sorted((Path(st.path) / "kv").glob(f"*/blocks/{name[:2]}/{name}.ekvb"))
+    return read_block_file(paths[0], bytes.fromhex(name)) if paths else None
+
+
+def tier_block_paths(store_dir) -> list[Path]:
+    return sorted((Path(store_dir) / "kv").glob("*/blocks/*/*.ekvb"))

@@ -50,7 +50,8 @@ def test_ask_json_contract(shared_ask):
     assert shared_ask.exit_code == 0, shared_ask.stderr
     assert len(shared_ask.stdout.strip().splitlines()) == 1  # exactly one JSON object, nothing else on stdout
     out = json.loads(shared_ask.stdout)
-    assert set(out) == {"answer", "mode", "sources", "retrieved_tokens", "timings"}
+    assert set(out) == {"answer", "mode", "sources", "retrieved_tokens", "kv_loaded_tokens", "kv_prefilled_tokens",
+                        "timings"}
     assert isinstance(out["answer"], str) and out["answer"] == out["answer"].strip() and out["answer"]
     assert out["mode"] == "kv"  # the default whenever the store has KV blocks (ingest stores them by default)
     assert isinstance(out["retrieved_tokens"], int) and not isinstance(out["retrieved_tokens"], bool)
@@ -69,6 +70,8 @@ def test_ask_json_contract(shared_ask):
     assert all(isinstance(v, float) and v >= 0 for v in t.values())
     assert 0 < t["retrieve_s"] <= t["first_token_s"] <= t["total_s"] and t["prefill_s"] > 0
     assert out["retrieved_tokens"] > 0
+    # Ingest kept every event's block in the bundled model's tier: all retrieved tokens load, none is prefilled.
+    assert out["kv_loaded_tokens"] == out["retrieved_tokens"] and out["kv_prefilled_tokens"] == 0
 
 
 def test_ingest_json_one_object_per_document(shared_store):
@@ -113,10 +116,34 @@ def test_doctor_on_the_ingested_store(shared_store):
     assert result.exit_code == 0, result.output
     assert "FAIL" not in result.stdout
     flat = " ".join(result.stdout.split())  # the table wraps long cells at 80 columns
-    assert "matches the model in use" in flat and "2 documents" in flat
+    assert "matches the embedder in use" in flat and "2 documents" in flat
+    assert "blocks checked, all intact" in flat
 
 
-@pytest.mark.parametrize("cmd", [[], ["ingest"], ["ask"], ["chat"], ["ls"], ["show"], ["rm"], ["compact"], ["doctor"]])
+def test_doctor_names_damaged_blocks_and_repair_removes_them(shared_store, tmp_path):
+    import shutil
+
+    from conftest import tier_block_paths
+
+    store = tmp_path / "store"
+    shutil.copytree(shared_store.store_dir, store)
+    victim = tier_block_paths(store)[0]
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    victim.write_bytes(bytes(data))
+    result = invoke("doctor", "--store", store)
+    flat = " ".join(result.stdout.split())
+    assert result.exit_code == 1 and "1 damaged block(s): event " in flat and "epi doctor --repair" in flat
+    assert invoke("doctor", "--store", store, "--quick").exit_code == 0  # --quick does not read the blocks
+    repaired = invoke("doctor", "--store", store, "--repair")
+    assert repaired.exit_code == 0 and "removed 1 damaged block(s)" in " ".join(repaired.stdout.split())
+    assert not victim.exists()
+    after = invoke("doctor", "--store", store)
+    assert after.exit_code == 0 and "all intact" in " ".join(after.stdout.split())
+
+
+@pytest.mark.parametrize("cmd", [[], ["ingest"], ["ask"], ["chat"], ["ls"], ["show"], ["rm"], ["compact"], ["config"],
+                                 ["doctor"]])
 def test_help_exits_zero(cmd):
     result = invoke(*cmd, "--help")
     assert result.exit_code == 0, result.output
@@ -131,14 +158,20 @@ def test_version():
 # ----------------------------------------------------------------------------------------------- bad inputs
 
 
-def test_kv_mode_on_a_store_without_blocks_is_refused_clearly(tmp_path):
+def test_a_store_ingested_with_no_kv_keeps_no_blocks_and_still_answers_in_kv_mode(tmp_path):
     doc = tmp_path / "note.txt"
     doc.write_text("The ferry to Orsk leaves at nine. The harbour master keeps the keys.\n" * 8)
     store = tmp_path / "textonly"
     assert invoke("ingest", doc, "--store", store, "--no-kv").exit_code == 0
-    assert not (store / "kv" / "blocks.ekv").exists()
-    result = invoke("ask", "When does the ferry leave?", "--store", store, "--mode", "kv")
-    assert_one_line_error(result, "no KV blocks", "--mode text")
+    assert list((store / "kv").glob("*/blocks/*/*")) == []
+    assert json.loads(invoke("ls", "--store", store, "--json").stdout)["kv_budget_bytes"] == 0
+    default = json.loads(invoke("ask", "When does the ferry leave?", "--store", store, "--json").stdout)
+    assert default["mode"] == "text"  # a budget of 0: text mode by default
+    result = invoke("ask", "When does the ferry leave?", "--store", store, "--mode", "kv", "--json")
+    assert result.exit_code == 0, result.stderr
+    out = json.loads(result.stdout)  # kv mode prepares every event from text in place and keeps nothing
+    assert out["mode"] == "kv" and out["kv_loaded_tokens"] == 0 and out["kv_prefilled_tokens"] > 0
+    assert list((store / "kv").glob("*/blocks/*/*")) == []
 
 
 def test_unknown_mode_is_refused():

@@ -7,14 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import license_text, workspace_for
+from conftest import license_text, tier_block, tier_block_paths, workspace_for
 from episodic_cli.engine import kv_memory as K
 from episodic_cli.engine.event_keys import representative_keys, rope_params, similarity_keys, unrotated_keys
 from episodic_cli.engine.llama_backend import LlamaSession
 from episodic_cli.engine.segment import SegmentParams, clean_cut_mask
 from episodic_cli.engine.sources import discover
 from episodic_cli.store import Store
-from episodic_cli.store.kv_blocks import KVBlockReader
 
 SMALL = SegmentParams(min_tokens=32, max_tokens=96, refine="modularity")
 
@@ -65,7 +64,8 @@ def _ingest(ws, path, kv_kind):
         with st.writer():
             [result] = ingestor.ingest(list(discover([path])))
         assert result.status == "ingested", result.error
-        return st.events_of(st.documents()[0].id), st.kv_block_path
+        doc = st.documents()[0]
+        return [(ev, tier_block(st, ev, doc)) for ev in st.events_of(doc.id)]
     finally:
         ingestor.close()
         st.close()
@@ -75,7 +75,8 @@ def test_refined_ingest_stores_clean_cuts_and_own_representative_keys(engine, tm
     path = tmp_path / "notes.txt"
     path.write_text("\n".join(license_text().split("\n")[:22]), encoding="utf-8")
     ws = workspace_for(engine, tmp_path / "store")
-    events, block_path = _ingest(ws, path, "f16")
+    stored = _ingest(ws, path, "f16")
+    events = [ev for ev, _ in stored]
 
     table = engine.model.pieces()
     tokens = engine.model.tokenize(path.read_text(encoding="utf-8"))
@@ -88,44 +89,28 @@ def test_refined_ingest_stores_clean_cuts_and_own_representative_keys(engine, tm
 
     rope = rope_params(engine.model)
     n_layer, n_embd_k = engine.model.info.n_layer, engine.model.info.n_head_kv * rope.head_dim
-    with KVBlockReader(block_path) as reader:
-        for ev in events:
-            assert ev.rep_keys.shape == (n_layer, 4, n_embd_k) and ev.rep_keys.dtype == np.float16
-            block = K.decode_block(reader.read(ev.kv_offset, length=ev.kv_length).payload, "f16")
-            assert block.n_cells == ev.token_end - ev.token_start
-            own = unrotated_keys(block.k, block.positions, rope).astype(np.float16)  # the event's tokens' keys
-            for layer in range(n_layer):
-                for key in ev.rep_keys[layer]:
-                    assert (own[layer] == key).all(axis=1).any(), (ev.ordinal, layer)
-            assert np.array_equal(ev.rep_keys, representative_keys(block, rope))
+    for ev, stored_block in stored:  # the representative keys live with the block, in the model's tier
+        rep_keys = stored_block.rep_keys
+        assert rep_keys.shape == (n_layer, 4, n_embd_k) and rep_keys.dtype == np.float16
+        block = K.decode_block(stored_block.payload, "f16")
+        assert block.n_cells == ev.token_end - ev.token_start
+        own = unrotated_keys(block.k, block.positions, rope).astype(np.float16)  # the event's tokens' keys
+        for layer in range(n_layer):
+            for key in rep_keys[layer]:
+                assert (own[layer] == key).all(axis=1).any(), (ev.ordinal, layer)
+        assert np.array_equal(rep_keys, representative_keys(block, rope))
 
     # Without KV blocks the same keys are read for refinement (the same events), and none are stored.
-    text_events, _ = _ingest(workspace_for(engine, tmp_path / "text-store"), path, None)
+    text_store = tmp_path / "text-store"
+    text_events = [ev for ev, _ in _ingest(workspace_for(engine, text_store), path, None)]
     assert [(e.token_start, e.token_end) for e in text_events] == [(e.token_start, e.token_end) for e in events]
-    assert all(e.rep_keys is None and e.kv_offset is None for e in text_events)
+    assert tier_block_paths(text_store) == []
 
 
-def test_rep_keys_survive_a_store_round_trip(tmp_path):
-    from episodic_cli.store import DocumentRecord, EventRecord, StoreIdentity
-
-    identity = StoreIdentity("m", "0" * 64, "1" * 64, "v", "e", 4)
-    keys = np.random.default_rng(0).normal(size=(3, 2, 8)).astype(np.float16)
-    events = [EventRecord(ordinal=i, token_start=i, token_end=i + 1, char_start=i, char_end=i + 1, page_start=None,
-                          page_end=None, line_start=1, line_end=1, surprise_mean=1.0, surprise_max=2.0, text="x",
-                          embedding=np.ones(4, dtype=np.float32), rep_keys=keys if i == 0 else None)
-              for i in range(2)]
-    doc = DocumentRecord("p", "p", "text", "s", 2, 2, None, 2, 0.0)
-    with Store.create_or_open(tmp_path / "s", identity) as st:
-        st.replace_document(doc, events)
-        got = st.events_of(st.documents()[0].id)
-    assert np.array_equal(got[0].rep_keys, keys) and got[0].rep_keys.dtype == np.float16
-    assert got[1].rep_keys is None
-
-
-def test_store_from_before_rep_keys_migrates_and_reads_none(tmp_path, monkeypatch):
+def test_store_from_before_rep_keys_migrates(tmp_path, monkeypatch):
     from episodic_cli.store import StoreIdentity, schema
 
-    identity = StoreIdentity("m", "0" * 64, "1" * 64, "v", "e", 4)
+    identity = StoreIdentity("e", 4)
     with monkeypatch.context() as mp:
         mp.setattr(schema, "MIGRATIONS", [m for m in schema.MIGRATIONS if m.__name__ != "m003_event_rep_keys"])
         old = Store.create_or_open(tmp_path / "s", identity)
@@ -138,4 +123,4 @@ def test_store_from_before_rep_keys_migrates_and_reads_none(tmp_path, monkeypatc
         old.close()
     with Store.open_existing(tmp_path / "s") as st:
         [got] = st.events_of(1)
-    assert got.text == "x" and got.rep_keys is None and got.kv_offset is None
+    assert got.text == "x"

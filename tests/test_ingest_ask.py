@@ -195,18 +195,20 @@ def test_failed_document_is_rolled_back_others_kept_and_rerun_resumes(engine, tm
     calls = {"n": 0}
 
     def flaky_insert(self, document_id, ev, vector):
-        # The disk fills up on the 2nd event of the 2nd document: its first event is already written.
+        # An I/O error on the 2nd event of the 2nd document: its first event is already written. (A full disk
+        # stops the whole run instead: tests/test_faults.py.)
         row = self._conn.execute("SELECT path FROM documents WHERE id = ?", (document_id,)).fetchone()
         if row[0] == second and ev.ordinal == 1:
             calls["n"] += 1
-            raise sqlite3.OperationalError("database or disk is full")
+            raise sqlite3.OperationalError("disk I/O error")
         return real_insert(self, document_id, ev, vector)
 
     monkeypatch.setattr(episodic_store.Store, "_insert_event", flaky_insert)
     results = _ingest(ws, files)
     assert calls["n"] == 1
     assert [r.status for r in results] == ["ingested", "failed", "ingested"]
-    assert "disk full" in results[1].error and "\n" not in results[1].error
+    assert "disk I/O error" in results[1].error and "nothing of this file was stored" in results[1].error
+    assert "\n" not in results[1].error
     stored = _events_by_doc(store_dir)
     assert set(stored) == {str(files[0].resolve()), str(files[2].resolve())}
     with Store.open_existing(store_dir) as st:
@@ -248,10 +250,11 @@ def test_embedder_failure_fails_only_that_document(engine, tmp_path, monkeypatch
     assert [r.status for r in _ingest(ws, files)] == ["unchanged", "ingested", "unchanged"]
 
 
-def test_store_built_with_another_model_is_refused(engine, tmp_path):
-    store_dir = tmp_path / "other-model-store"
+def test_store_built_with_another_embedder_is_refused(engine, tmp_path):
+    """The archive binds only the embedder (its vectors are the index); another chat model is welcome."""
+    store_dir = tmp_path / "other-embedder-store"
     real = engine.identity(SegmentParams())
-    fake = dataclasses.replace(real, model_sha256="0" * 64)
+    fake = dataclasses.replace(real, embedder="another-embedder")
     assert isinstance(fake, StoreIdentity)
     Store.create_or_open(store_dir, fake).close()
 
@@ -260,5 +263,5 @@ def test_store_built_with_another_model_is_refused(engine, tmp_path):
     assert "Traceback" not in result.output and result.exception is None or isinstance(result.exception, SystemExit)
     err = result.stderr.strip()
     assert len(err.splitlines()) == 1, err
-    assert err.startswith("error:") and "model_sha256 differs" in err
+    assert err.startswith("error:") and "embedder differs" in err
     assert result.stdout == ""

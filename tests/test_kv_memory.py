@@ -13,7 +13,7 @@ import pytest
 
 from conftest import license_text
 from episodic_cli.engine import kv_memory as K
-from episodic_cli.store.kv_blocks import BLOCK_HEADER, BlockCorruptError, KVBlockReader, KVBlockWriter, KVFileHeader
+from episodic_cli.store.kv_tier.block_file import BlockCorruptError, read_block_file, write_block_file
 
 BLOCK = 128
 N_BLOCKS = 3
@@ -234,32 +234,22 @@ def test_quantized_blocks_stay_close(kv, kind):
 
 
 def test_block_file_round_trip_and_corruption(kv, llm, tmp_path):
-    """Payloads through KVBlockWriter/KVBlockReader load back to the identical logits; a flipped bit is refused."""
+    """Payloads through the tier's block files load back to the identical logits; a flipped bit is refused."""
     _, s = llm
-    header = KVFileHeader(model_sha256="00" * 32, llama_cpp_version=L.__version__, type_k="f16", type_v="f16",
-                          flash_attn=False, n_layer=30, n_head_kv=3, head_dim=64)
-    path = tmp_path / "kv.bin"
-    where = []
-    with KVBlockWriter(path, header) as w:
-        for i, p in enumerate(kv["parsed"]):
-            where.append(w.append(i, K.KIND_BLOCK_TYPE["f16"], p.n_cells, K.encode_block(p, "f16")))
-    with KVBlockReader(path, header) as r:
-        blocks = [r.read(off, i, length) for i, (off, length) in enumerate(where)]
+    paths = [tmp_path / f"{i}.ekvb" for i in range(N_BLOCKS)]
+    for i, (p, path) in enumerate(zip(kv["parsed"], paths)):
+        write_block_file(path, bytes([i]) * 16, K.KIND_BLOCK_TYPE["f16"], p.n_cells, K.encode_block(p, "f16"), None)
+    blocks = [read_block_file(path, bytes([i]) * 16) for i, path in enumerate(paths)]
     assert all(b.block_type == K.KIND_BLOCK_TYPE["f16"] for b in blocks)
     end = _load_all(s, [K.decode_block(b.payload, "f16") for b in blocks], [i * BLOCK for i in range(N_BLOCKS)])
     assert _compare(_probe_logits(s, kv["probe"], end), kv["ref"])[0] == 0.0
 
-    off, length = where[1]
-    at = off + BLOCK_HEADER.size + length // 2  # inside block 1's K rows
-    with open(path, "r+b") as f:
-        f.seek(at)
-        byte = f.read(1)[0]
-        f.seek(at)
-        f.write(bytes([byte ^ 0x10]))
-    with KVBlockReader(path, header) as r:
-        with pytest.raises(BlockCorruptError):
-            r.read(off, 1, length)
-        assert r.read(where[0][0], 0, where[0][1]).n_tokens == BLOCK  # its neighbours stay readable
+    data = bytearray(paths[1].read_bytes())
+    data[len(data) // 2] ^= 0x10  # inside block 1's K rows
+    paths[1].write_bytes(bytes(data))
+    with pytest.raises(BlockCorruptError):
+        read_block_file(paths[1], bytes([1]) * 16)
+    assert read_block_file(paths[0], bytes([0]) * 16).n_tokens == BLOCK  # its neighbours stay readable
 
 
 def test_load_order_and_staging_guards(kv, llm):

@@ -86,6 +86,8 @@ class Answer:
     text: str = ""
     prompt_tokens: int = 0    # tokens the answer context held before generation (decoded or loaded as KV)
     reused_tokens: int = 0    # of those, kept in the cache from the previous question (kv mode in chat)
+    kv_loaded_tokens: int = 0     # kv mode: retrieved tokens loaded from stored KV blocks
+    kv_prefilled_tokens: int = 0  # kv mode: retrieved tokens prefilled from text (cold events, then kept if room)
     timings: Timings = field(default_factory=Timings)
 
 

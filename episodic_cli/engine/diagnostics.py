@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import platform
 import sys
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from importlib import metadata
 
 from .. import __version__
@@ -22,7 +24,11 @@ def _version(dist: str) -> str:
         return "not installed"
 
 
-def collect(model: str | None, store: str | None) -> list[tuple[str, str, bool | None]]:
+ByteProgress = Callable[[int], AbstractContextManager[Callable[[int], None]]]  # total bytes -> advance(n)
+
+
+def collect(model: str | None, store: str | None, verify_blocks: bool = True, repair: bool = False,
+            progress: ByteProgress | None = None) -> list[tuple[str, str, bool | None]]:
     rows: list[tuple[str, str, bool | None]] = [
         ("epi", __version__, None),
         ("python", f"{sys.version.split()[0]} on {platform.system()} {platform.machine()}", None),
@@ -72,9 +78,34 @@ def collect(model: str | None, store: str | None) -> list[tuple[str, str, bool |
             rows += [("store problem", p, False) for p in problems]
             try:
                 ws.check_store(st)
-                rows.append(("store model", "matches the model in use", True))
+                rows.append(("store embedder", "matches the embedder in use", True))
             except StoreError as exc:
-                rows.append(("store model", str(exc), False))
+                rows.append(("store embedder", str(exc), False))
+            if verify_blocks:
+                rows.append(_kv_block_row(st, repair, progress))
     except StoreError as exc:
         rows.append(("store", str(exc), False))
     return rows
+
+
+def _kv_block_row(st: Store, repair: bool, progress: ByteProgress | None) -> tuple[str, str, bool]:
+    """Read every KV block of every tier and check it; name the events of damaged ones and how to repair them."""
+    space = st.kv_space()
+    files = list(space.block_files())
+    total = sum(f.size for f in files)
+    with (progress(total) if progress else nullcontext(lambda n: None)) as advance:
+        damaged = space.verify(advance)
+    if not damaged:
+        return ("kv blocks", f"{len(files):,} blocks checked, all intact", True)
+    events = st.events_by_block_key()
+    named = []
+    for f, reason in damaged[:5]:
+        event = events.get(f.key)
+        named.append(f"event {event[0]} of {event[1]} ({reason})" if event else f"{f.path.name} ({reason})")
+    more = f" and {len(damaged) - 5} more" if len(damaged) > 5 else ""
+    if repair:
+        space.remove_files([f for f, _ in damaged])
+        return ("kv blocks", f"removed {len(damaged)} damaged block(s): {'; '.join(named)}{more}; their events are "
+                             "prepared again from text the next time a question needs them", True)
+    return ("kv blocks", f"{len(damaged)} damaged block(s): {'; '.join(named)}{more}. Run `epi doctor --repair` to "
+                         "remove them (they are rebuilt from the text on next use)", False)

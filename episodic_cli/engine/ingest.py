@@ -12,15 +12,16 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from ..store import DocumentRecord, EventRecord, Store, StoreError
+from ..store.kv_tier import block_key
 from .embedder import Embedder
 from .errors import EpiError
-from .event_keys import representative_keys, rope_params, similarity_keys
-from .kv_capture import BlockCapture, read_window
+from .event_keys import rope_params, similarity_keys
+from .kv_capture import BlockKeeper, read_window
 from .kv_memory import ParsedBlock
 from .kv_mode import sink_tokens
 from .llama_backend import INGEST_BATCH, LlamaModel, LlamaSession
@@ -117,20 +118,15 @@ def ingest_context(params: SegmentParams, n_sink: int) -> int:
     return -(-cells // 256) * 256
 
 
-class StoredBlock(NamedTuple):
-    offset: int             # where the event's KV block lies in the block file
-    length: int
-    rep_keys: np.ndarray    # the event's representative keys (event_keys.representative_keys)
-
-
 class Ingestor:
     def __init__(self, store: Store, model: LlamaModel, embedder: Embedder, params: SegmentParams,
-                 n_threads: int | None = None, capture: BlockCapture | None = None):
+                 n_threads: int | None = None, keeper: BlockKeeper | None = None, segmenter: str | None = None):
         self.store = store
         self.model = model
         self.embedder = embedder
         self.params = params
-        self.capture = capture  # None: text mode only, no KV blocks are stored
+        self.keeper = keeper  # the segmenter's own KV tier, filled for free by the pass; None: no blocks kept
+        self.segmenter = segmenter  # recorded with each document: its token spans are in this model's tokens
         self.rope = rope_params(model)
         self.sink = sink_tokens(model)
         # n_seq_max 2: sequence 1 stages each event's cells while its KV block is read out.
@@ -171,11 +167,9 @@ class Ingestor:
             record = DocumentRecord(
                 path=key, display_path=display_path, kind=doc.kind, content_sha256=doc.content_sha256,
                 n_tokens=len(tokens), n_events=len(events), n_pages=doc.n_pages, n_lines=doc.n_lines,
-                ingest_seconds=seconds,
+                ingest_seconds=seconds, segmenter=self.segmenter,
             )
-            if self.capture is not None:
-                self.capture.sync()
-            self.store.replace_document(record, events)
+            self.store.replace_document(record, events)  # blocks were made durable one by one as they were kept
             return IngestResult(key, display_path, "ingested", len(tokens), len(events), seconds)
         except (StoreError, EpiError) as exc:  # SourceError is an EpiError
             self._stop_if_disk_full(exc, doc, len(tokens))
@@ -203,9 +197,9 @@ class Ingestor:
         heads x head size, at the block type's bytes per value) and in SQLite its text twice (the events and the
         full-text index) plus an embedding row per event, doubled for the transaction's journal."""
         kv = 0.0
-        if self.capture is not None:
+        if self.keeper is not None:
             values = 2 * self.model.info.n_layer * self.model.info.n_head_kv * self.rope.head_dim
-            kv = n_tokens * values * KV_VALUE_BYTES.get(self.capture.kind, 2.0)
+            kv = n_tokens * values * KV_VALUE_BYTES.get(self.keeper.kind, 2.0)
         text = len(doc.text.encode("utf-8")) if doc is not None else 0
         events = n_tokens // max(self.params.min_tokens, 1) + 1
         sqlite = 2 * (2 * text + events * EMBEDDING_ROW_BYTES)
@@ -219,8 +213,8 @@ class Ingestor:
         table = self.model.pieces()
         token_pieces = [table[t] for t in tokens]
         clean = clean_cut_mask(token_pieces)
+        offsets = token_char_offsets(doc.text, token_pieces)
         spans: list[tuple[int, int]] = []
-        blocks: list[StoredBlock | None] = []
         refine_reads: dict[int, ParsedBlock] = {}  # event start -> the window read that refined its end
         segmenter: StreamingSegmenter | None = None
 
@@ -232,14 +226,14 @@ class Ingestor:
             nonlocal segmenter
             segmenter = segmenter or StreamingSegmenter(surprise, clean, self.params, keys_of)
             for a, b in segmenter.advance(known):
-                blocks.append(self._store_block(refine_reads.pop(a, None), a, b, len(spans)))
+                self._keep_block(refine_reads.pop(a, None), a, b, block_key(doc.content_sha256, int(offsets[a]),
+                                                                            int(offsets[b])))
                 spans.append((a, b))
             return segmenter.start
 
         surprise = self.session.surprise_pass(tokens, self.sink, self.params.local, progress.tokens_done, on_decoded)
-        offsets = token_char_offsets(doc.text, token_pieces)
         events = []
-        for ordinal, ((a, b), block) in enumerate(zip(spans, blocks)):
+        for ordinal, (a, b) in enumerate(spans):
             c0, c1 = int(offsets[a]), int(offsets[b])
             page_start, page_end, line_start, line_end = doc.locate(c0, c1)
             s = surprise[a:b]
@@ -247,24 +241,20 @@ class Ingestor:
                 ordinal=ordinal, token_start=a, token_end=b, char_start=c0, char_end=c1,
                 page_start=page_start, page_end=page_end, line_start=line_start, line_end=line_end,
                 surprise_mean=float(s.mean()), surprise_max=float(s.max()), text=doc.text[c0:c1],
-                kv_offset=block.offset if block else None, kv_length=block.length if block else None,
-                rep_keys=block.rep_keys if block else None,
             ))
         return events
 
-    def _store_block(self, refine_read: ParsedBlock | None, a: int, b: int, ordinal: int) -> StoredBlock | None:
-        """Append event [a, b)'s KV block; its location and representative keys (None in text mode: they exist to
-        pick blocks, and would outweigh a text-only store's events many times over)."""
-        if self.capture is None:
-            return None
+    def _keep_block(self, refine_read: ParsedBlock | None, a: int, b: int, key: bytes) -> None:
+        """Offer event [a, b)'s KV block (and its representative keys) to the segmenter's tier, unless the tier holds
+        it already (a resumed or repeated ingest of the same text computes the same block under the same key)."""
+        if self.keeper is None or self.keeper.has(key):
+            return
         pos = self.session.cache_pos
         if refine_read is not None:
             block = refine_read.cells_in(pos(a), pos(b - 1) + 1)
         else:
             block = read_window(self.session, a, b)
-        return StoredBlock(*self.capture.append(block, ordinal), representative_keys(block, self.rope))
+        self.keeper.offer(key, block, on_use=False)
 
     def close(self) -> None:
         self.session.close()
-        if self.capture is not None:
-            self.capture.close()

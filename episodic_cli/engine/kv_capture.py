@@ -1,26 +1,30 @@
-"""Capture: while the ingest window still holds an event, its cells are read out (kv_memory.capture_block), encoded
-(f16 / q8_0 / q4_0) and appended to the store's current block file (Store.kv_block_path); SQLite records where each
-block lives.
+"""Blocks into a model's KV tier: the tier a model's blocks belong to, and keeping an event's block there.
+
+Ingest captures each event's cells while its window still holds them (`read_window`); kv mode captures the cells of
+an event it has just prepared from text. Both encode the block (f16 / q8_0 / q4_0), compute its representative keys
+and offer it to the tier, which keeps it while the store's KV budget allows (store/kv_tier/space.py).
 """
 from __future__ import annotations
 
-from pathlib import Path
+from collections import Counter
+from collections.abc import Callable
 
 import llama_cpp as L
 
-from ..store.kv_blocks import KVBlockWriter, KVFileHeader
+from ..store.kv_tier import Admission, Tier, TierConfig
+from .event_keys import RopeParams, representative_keys, rope_params
 from .kv_memory import KIND_BLOCK_TYPE, KINDS, ParsedBlock, capture_block, encode_block, parse_state_blob
 from .llama_backend import LlamaModel, LlamaSession
 
 DEFAULT_KIND = "q8_0"
 
 
-def file_header(model: LlamaModel, model_sha256: str) -> KVFileHeader:
-    """What a block is only valid for: the contexts of ingest and answer must match exactly (anchors.md B.3)."""
+def tier_config(model: LlamaModel, model_sha256: str, kind: str) -> TierConfig:
+    """What a block is only valid for: the contexts of capture and answer must match exactly (anchors.md B.3)."""
     head_dim = model.info.n_embd // max(L.llama_model_n_head(model.ptr), 1)
-    return KVFileHeader(model_sha256=model_sha256, llama_cpp_version=L.__version__, type_k="f16", type_v="f16",
-                        flash_attn=False, n_layer=model.info.n_layer, n_head_kv=model.info.n_head_kv,
-                        head_dim=head_dim)
+    return TierConfig(model_name=model.info.name, model_sha256=model_sha256, llama_cpp_version=L.__version__,
+                      type_k="f16", type_v="f16", flash_attn=False, n_layer=model.info.n_layer,
+                      n_head_kv=model.info.n_head_kv, head_dim=head_dim, block_kind=kind)
 
 
 def read_window(session: LlamaSession, start: int, end: int) -> ParsedBlock:
@@ -28,23 +32,49 @@ def read_window(session: LlamaSession, start: int, end: int) -> ParsedBlock:
     return parse_state_blob(capture_block(session, 0, session.cache_pos(start), session.cache_pos(end - 1) + 1))
 
 
-class BlockCapture:
-    """Appends each event's encoded KV block to the store's block file during the ingest pass."""
+def read_cells(session: LlamaSession, p0: int, p1: int) -> ParsedBlock:
+    """The cells at positions [p0, p1) of sequence 0 (an answer's cache)."""
+    return parse_state_blob(capture_block(session, 0, p0, p1))
 
-    def __init__(self, block_file: Path, header: KVFileHeader, kind: str = DEFAULT_KIND):
-        if kind not in KINDS:
-            raise ValueError(f"unknown KV block type {kind!r}; use one of {', '.join(KINDS)}")
-        self.kind = kind
-        self.writer = KVBlockWriter(block_file, header)
 
-    def append(self, block: ParsedBlock, ordinal: int) -> tuple[int, int]:
-        """Encode one event's block (from `read_window`) and append it; returns its (offset, length) in the file."""
-        payload = encode_block(block, self.kind)
-        return self.writer.append(ordinal, KIND_BLOCK_TYPE[self.kind], block.n_cells, payload)
+_REFUSALS = {
+    Admission.NO_BUDGET: "the KV budget is full, so new KV blocks are not kept (answers read those events from their "
+                         "text); raise it with `epi config --kv-budget SIZE`",
+    Admission.NO_DISK: "the disk is nearly full, so new KV blocks are not kept (answers read those events from their "
+                       "text); free some space",
+}
 
-    def sync(self) -> None:
-        """Blocks must be durable before SQLite records their offsets."""
-        self.writer.sync()
 
-    def close(self) -> None:
-        self.writer.close()
+class BlockKeeper:
+    """Offers blocks to one tier and remembers what became of them; a refusal is told once (`warn`)."""
+
+    def __init__(self, tier: Tier, model: LlamaModel, warn: Callable[[str], None] | None = None):
+        self.tier = tier
+        self.kind = tier.config.block_kind
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown KV block type {self.kind!r}; use one of {', '.join(KINDS)}")
+        self.rope: RopeParams = rope_params(model)
+        self.warn = warn or (lambda message: None)
+        self.outcomes: Counter[Admission] = Counter()
+        self._told = False
+
+    def has(self, key: bytes) -> bool:
+        return self.tier.path_of(key).is_file()
+
+    def offer(self, key: bytes, block: ParsedBlock, on_use: bool) -> Admission:
+        """Keep an event's block (see KVSpace for when). `on_use`: prepared for an answer, not captured by ingest."""
+        outcome = self.tier.offer(key, KIND_BLOCK_TYPE[self.kind], block.n_cells, encode_block(block, self.kind),
+                                  representative_keys(block, self.rope), on_use)
+        self.outcomes[outcome] += 1
+        if outcome in _REFUSALS and not self._told:
+            self._told = True
+            self.warn(_REFUSALS[outcome])
+        return outcome
+
+    @property
+    def kept(self) -> int:
+        return self.outcomes[Admission.WRITTEN] + self.outcomes[Admission.PRESENT]
+
+    @property
+    def refused(self) -> int:
+        return self.outcomes[Admission.NO_BUDGET] + self.outcomes[Admission.NO_DISK] + self.outcomes[Admission.DEFERRED]

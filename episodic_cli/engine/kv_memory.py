@@ -35,7 +35,7 @@ import llama_cpp as L
 import numpy as np
 
 from .. import native
-from ..store.kv_blocks import BlockType
+from ..store.kv_tier import BlockType
 from .errors import EpiError
 
 STAGING_SEQ = 1

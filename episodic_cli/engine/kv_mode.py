@@ -6,12 +6,15 @@ The prompt is the chat template rendered around placeholders, in three parts:
 
 * The sink (EM-LLM's attention-sink block, shared by every answer) is decoded once per model and prompt version
   and kept as an f16 block in the cache directory, so a fresh `epi ask` loads it instead of decoding it.
-* Each retrieved event's block is loaded at the next position, in the prompt's order (best hit last; llama.cpp
-  re-rotates K: K-shift).
+* Each retrieved event's block is loaded from the answer model's KV tier at the next position, in the prompt's order
+  (best hit last; llama.cpp re-rotates K: K-shift).
+* An event whose block the tier does not hold (cold: another model than the one that ingested, a budget that kept
+  only part of the archive, a damaged block) is prefilled from its text in place, at its packed position in the same
+  cache (consecutive cold events in one prefill); its cells are then captured and offered to the tier, so the next
+  answer that retrieves it loads it (lazy materialisation).
 * Only the question part is decoded. Earlier chat turns go there too, after the blocks, so that the sink and the
   blocks stay a stable prefix: in `epi chat` a follow-up keeps whatever prefix of the cache it shares with the
   previous question and loads only what changed.
-A missing or damaged block falls back to decoding that event's text, with a warning.
 """
 from __future__ import annotations
 
@@ -26,12 +29,11 @@ import llama_cpp as L
 import numpy as np
 
 from ..store import StoreError
-from ..store.kv_blocks import BlockCorruptError, KVFileHeader
-from ..store.kv_current import CurrentBlockReader
+from ..store.kv_tier import BlockCorruptError, StoredBlock, block_key
 from .answer import ANSWER_TOKENS, SYSTEM_PROMPT, Answer, clean_question, stream_into
-from .kv_memory import KVFormatError, capture_block, decode_block, encode_block, load_block, parse_state_blob, \
-    state_blob_from_payload
-from .llama_backend import LlamaModel, LlamaSession
+from .kv_capture import BlockKeeper, read_cells
+from .kv_memory import KVFormatError, decode_block, encode_block, load_block, state_blob_from_payload
+from .llama_backend import INGEST_BATCH, LlamaModel, LlamaSession
 from .retrieve import RetrievedEvent, owning_hit
 
 _MARK = "\x1f"  # splits the rendered template at block places; no document or question text keeps control characters
@@ -63,35 +65,42 @@ def sink_tokens(model: LlamaModel) -> np.ndarray:
 
 @dataclass(frozen=True)
 class _Part:
-    """One piece of the assembled cache: text to decode, or an event's stored block (with its V weight)."""
+    """One piece of the assembled cache: text to decode, or a retrieved event (its block, with its V weight)."""
 
     key: tuple
     tokens: np.ndarray | None = None
     retrieved: RetrievedEvent | None = None
     v_scale: float = 1.0
+    block_key: bytes = b""
+
+
+PrepareProgress = Callable[[int, int], None]  # (tokens prepared so far, cold tokens to prepare) for this answer
 
 
 class KVModeAnswerer:
-    """Answers from stored blocks: load the sink and the events' KV, decode only the question."""
+    """Answers from a model's KV tier: load the sink and the events' blocks, prefill the cold ones in place, decode
+    only the question."""
 
     mode = "kv"
 
-    def __init__(self, model: LlamaModel, n_ctx: int, store_dir: Path, header: KVFileHeader,
-                 n_threads: int | None = None, warn: Callable[[str], None] | None = None,
-                 sink_dir: Path | None = None):
+    def __init__(self, model: LlamaModel, n_ctx: int, keeper: BlockKeeper, n_threads: int | None = None,
+                 warn: Callable[[str], None] | None = None, sink_dir: Path | None = None,
+                 on_prepare: PrepareProgress | None = None):
         self.model = model
         self.session = LlamaSession(model, n_ctx=n_ctx, n_threads=n_threads, n_seq_max=2)
-        self.reader = CurrentBlockReader(store_dir, header)
-        self.header = header
+        self.keeper = keeper
+        self.tier = keeper.tier
         self.warn = warn or (lambda message: None)
         self.sink_dir = sink_dir
+        self.on_prepare = on_prepare
         self._layout: list[tuple[tuple, int]] = []  # (part key, position after it) of what sequence 0 holds
 
     def stream(self, question: str, retrieved: list[RetrievedEvent], history: list[dict[str, str]] | None,
                started: float, answer: Answer, max_tokens: int = ANSWER_TOKENS,
                should_stop: Callable[[], bool] | None = None, weights: list[float] | None = None) -> Iterator[str]:
         """Assemble the cache (keeping what the previous question left that still applies) and stream the answer.
-        `weights[i]` scales event i's V rows (EpMAN weighting; None: all 1.0)."""
+        `weights[i]` scales event i's V rows when its block is loaded (EpMAN weighting; None: all 1.0; an event
+        prepared from text is not weighted)."""
         t0 = time.perf_counter()
         parts = self._plan(question, retrieved, history, weights)
         keep = self._shared_prefix(parts)
@@ -99,15 +108,29 @@ class KVModeAnswerer:
         answer.reused_tokens = pos
         L.llama_memory_seq_rm(self.session.memory, 0, pos, -1)
         self._layout = self._layout[:keep]
+        cold: list[tuple[_Part, np.ndarray]] = []  # events waiting to be prefilled together, in order
+        stored = {id(p): self._read(p) for p in parts[keep:] if p.retrieved is not None}
+        cold_tokens = {id(p): self._event_tokens(p) for p in parts[keep:] if id(p) in stored and stored[id(p)] is None}
+        self._cold_total, self._cold_done = sum(map(len, cold_tokens.values())), 0
         for i, part in enumerate(parts[keep:], keep):
             if part.retrieved is not None:
-                loaded = self._load(part, pos)
-                if loaded is None:  # fallback: re-read this event's text
-                    text = part.retrieved.event.text
-                    part = _Part(("text", _digest(text)), self.model.tokenize(text))
-                else:
-                    pos = self._append(part.key, loaded)
+                block = stored[id(part)]
+                if block is None:
+                    cold.append((part, cold_tokens[id(part)]))
                     continue
+                pos = self._prepare_cold(cold, pos, answer)
+                cold = []
+                end = self._load(part, block, pos)
+                if end is None:  # unusable after all: prefill it with the next cold run
+                    tokens = self._event_tokens(part)
+                    self._cold_total += len(tokens)
+                    cold.append((part, tokens))
+                    continue
+                answer.kv_loaded_tokens += end - pos
+                pos = self._append(part.key, end)
+                continue
+            pos = self._prepare_cold(cold, pos, answer)
+            cold = []
             sink = i == 0 and len(parts) > 1  # a prompt without blocks is decoded whole, no sink
             if sink and self._load_sink(part.tokens):
                 pos = self._append(part.key, len(part.tokens))
@@ -117,6 +140,7 @@ class KVModeAnswerer:
             pos = self._append(part.key, self.session.prefill(part.tokens, pos))
             if sink:
                 self._save_sink(part.tokens)
+        pos = self._prepare_cold(cold, pos, answer)
         answer.prompt_tokens = pos
         answer.timings.prefill_s = time.perf_counter() - t0
         yield from stream_into(answer, self.session, pos, started, max_tokens, should_stop)
@@ -136,7 +160,8 @@ class KVModeAnswerer:
         parts = [_Part(("text", _digest(texts[0])), self.model.tokenize(texts[0], special=True))]
         for i, r in enumerate(retrieved):
             scale = 1.0 if weights is None else float(weights[i])
-            parts.append(_Part(("block", r.event.id, r.event.kv_offset, scale), retrieved=r, v_scale=scale))
+            key = event_block_key(r)
+            parts.append(_Part(("event", r.event.id, key, scale), retrieved=r, v_scale=scale, block_key=key))
         tail = texts[-1] if retrieved else None
         if tail is not None:
             parts.append(_Part(("text", _digest(tail)), self.model.tokenize(tail, special=True)))
@@ -156,26 +181,64 @@ class KVModeAnswerer:
         self._layout.append((key, end))
         return end
 
-    def _load(self, part: _Part, pos: int) -> int | None:
-        ev = part.retrieved.event
-        if ev.kv_offset is None:
-            self.warn(f"event {ev.id} has no stored KV block; reading its text instead")
-            return None
+    def _event_tokens(self, part: _Part) -> np.ndarray:
+        """The event's text in the answer model's own tokens (any tokenizer: the archive keeps text, not tokens)."""
+        return self.model.tokenize(part.retrieved.event.text)
+
+    def _read(self, part: _Part) -> StoredBlock | None:
+        """The event's block from the tier, or None (cold). A damaged block is removed, to be rebuilt from text."""
         try:
-            block = self.reader.read(ev.kv_offset, event_id=ev.ordinal, length=ev.kv_length)
-            if pos + block.n_tokens + ANSWER_TOKENS > self.session.n_ctx:
-                raise StoreError(TOO_BIG)
-            return load_block(self.session, state_blob_from_payload(block.payload, part.v_scale), 0, pos)
-        except (BlockCorruptError, KVFormatError) as exc:
-            self.warn(f"event {ev.id}: stored KV block unusable ({exc}); reading its text instead")
+            return self.tier.read(part.block_key)
+        except BlockCorruptError as exc:
+            self._discard(part, exc.reason)
             return None
+
+    def _discard(self, part: _Part, reason: str) -> None:
+        r = part.retrieved
+        self.warn(f"event {r.event.id} ({r.document.display_path}): its KV block was damaged ({reason}); "
+                  "preparing it again from the text")
+        self.tier.discard(part.block_key)
+
+    def _load(self, part: _Part, block: StoredBlock, pos: int) -> int | None:
+        """Load a stored block at `pos`; the position after it, or None when the block does not fit this model's
+        cache after all (it is then removed and the event prepared from text)."""
+        if pos + block.n_tokens + ANSWER_TOKENS > self.session.n_ctx:
+            raise StoreError(TOO_BIG)
+        try:
+            end = load_block(self.session, state_blob_from_payload(block.payload, part.v_scale), 0, pos)
+        except KVFormatError as exc:
+            self._discard(part, str(exc))
+            return None
+        self.tier.touch(part.block_key)
+        return end
+
+    def _prepare_cold(self, cold: list[tuple[_Part, np.ndarray]], pos: int, answer: Answer) -> int:
+        """Prefill the cold events' text at `pos` in one go, then capture each event's cells and offer them to the
+        tier; returns the position after them."""
+        if not cold:
+            return pos
+        tokens = np.concatenate([t for _, t in cold])
+        if pos + len(tokens) + ANSWER_TOKENS > self.session.n_ctx:
+            raise StoreError(TOO_BIG)
+        for a in range(0, len(tokens), INGEST_BATCH):
+            self.session.prefill(tokens[a : a + INGEST_BATCH], pos + a)
+            self._cold_done += min(INGEST_BATCH, len(tokens) - a)
+            if self.on_prepare is not None:
+                self.on_prepare(self._cold_done, self._cold_total)
+        for part, event_tokens in cold:
+            end = pos + len(event_tokens)
+            if len(event_tokens):
+                self.keeper.offer(part.block_key, read_cells(self.session, pos, end), on_use=True)
+            pos = self._append(part.key, end)
+        answer.kv_prefilled_tokens += len(tokens)
+        return pos
 
     # -- the sink block, kept across processes ------------------------------------------------------------------
 
     def _sink_path(self, tokens: np.ndarray) -> Path | None:
         if self.sink_dir is None:
             return None
-        h = hashlib.sha256(repr(self.header).encode())
+        h = hashlib.sha256(repr(self.tier.config).encode())
         h.update(tokens.astype("<i4").tobytes())
         return self.sink_dir / f"{h.hexdigest()[:32]}.ekvp"
 
@@ -200,7 +263,7 @@ class KVModeAnswerer:
         if path is None or path.is_file():
             return
         try:
-            payload = encode_block(parse_state_blob(capture_block(self.session, 0, 0, len(tokens))), "f16")
+            payload = encode_block(read_cells(self.session, 0, len(tokens)), "f16")
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
             tmp.write_bytes(payload)
@@ -209,7 +272,6 @@ class KVModeAnswerer:
             pass
 
     def close(self) -> None:
-        self.reader.close()
         self.session.close()
 
 
@@ -217,8 +279,9 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def has_blocks(events) -> bool:
-    return any(e.kv_offset is not None for e in events)
+def event_block_key(r: RetrievedEvent) -> bytes:
+    """The key of a retrieved event's block in every tier (kv_tier.identity.block_key)."""
+    return block_key(r.document.content_sha256, r.event.char_start, r.event.char_end)
 
 
 def episodic_weights(retrieved: list[RetrievedEvent]) -> list[float]:

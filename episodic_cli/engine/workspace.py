@@ -12,14 +12,13 @@ from functools import cached_property
 from pathlib import Path
 
 from ..store import Store, StoreIdentity
-from ..store.kv_current import current_block_path
 from .answer import ANSWER_TOKENS, Answer, TextModeAnswerer
 from .embedder import EMBED_DIM, EMBEDDER_NAME, Embedder
 from .errors import EpiError
 from .ingest import Ingestor
-from .kv_capture import DEFAULT_KIND, BlockCapture, file_header
-from .kv_mode import KVModeAnswerer, episodic_weights, has_blocks
-from .llama_backend import LlamaModel, llama_cpp_version
+from .kv_capture import DEFAULT_KIND, BlockKeeper, tier_config
+from .kv_mode import KVModeAnswerer, PrepareProgress, episodic_weights
+from .llama_backend import LlamaModel
 from .models import PreparedModel, prepare_model
 from .paths import cache_dir, store_path
 from .retrieve import RetrievedEvent, relevance_order, retrieve
@@ -28,7 +27,6 @@ from .segment import SegmentParams
 MODES = ("text", "kv")
 ANSWER_CONTEXT = 8192
 EVIDENCE_BUDGET = 3072
-NO_BLOCKS = "this store has no KV blocks (ingested with --no-kv); re-ingest its files, or use --mode text"
 MAX_EVENT_TOKENS = 1024  # the ingest context grows with it (ingest.ingest_context): an undecided event stays in it
 
 
@@ -50,17 +48,21 @@ class AskResult:
                 for r in self.retrieved
             ],
             "retrieved_tokens": sum(r.n_tokens for r in self.retrieved),
+            # kv mode: how many retrieved tokens came from stored blocks and how many were prefilled from text
+            "kv_loaded_tokens": self.answer.kv_loaded_tokens if self.mode == "kv" else None,
+            "kv_prefilled_tokens": self.answer.kv_prefilled_tokens if self.mode == "kv" else None,
             "timings": self.answer.timings.as_json(),
         }
 
 
 class Workspace:
     def __init__(self, model: str | None = None, store: str | None = None, threads: int | None = None,
-                 warn: Callable[[str], None] | None = None):
+                 warn: Callable[[str], None] | None = None, on_prepare: PrepareProgress | None = None):
         self.model_choice = model
         self.store_dir: Path = store_path(store)
         self.threads = threads
         self.warn = warn or (lambda message: None)
+        self.on_prepare = on_prepare  # kv mode: progress of events prepared from text (cold)
         self._answerers: dict[str, TextModeAnswerer | KVModeAnswerer] = {}
 
     @cached_property
@@ -81,12 +83,12 @@ class Workspace:
         return Embedder(self.threads)
 
     def identity(self, params: SegmentParams) -> StoreIdentity:
+        """The archive's identity as this run would record it: the embedder binds; the segmenter is recorded."""
         vocab = hashlib.sha256(b"\x00".join(self.model.pieces())).hexdigest()
-        return StoreIdentity(
-            model_name=self.model.info.name, model_sha256=self.prepared.sha256, tokenizer_sha256=vocab,
-            llama_cpp_version=llama_cpp_version(), embedder=EMBEDDER_NAME, embed_dim=EMBED_DIM,
-            segmentation=params.as_dict(),
-        )
+        segmenter = {"model_name": self.model.info.name, "model_sha256": self.prepared.sha256,
+                     "tokenizer_sha256": vocab}
+        return StoreIdentity(embedder=EMBEDDER_NAME, embed_dim=EMBED_DIM, segmenter=segmenter,
+                             segmentation=params.as_dict())
 
     def store_for_writing(self, params: SegmentParams) -> Store:
         return Store.create_or_open(self.store_dir, self.identity(params))
@@ -95,38 +97,43 @@ class Workspace:
         return Store.open_existing(self.store_dir)
 
     def check_store(self, store: Store) -> None:
-        """Asking needs the very model the store was built with (its tokens and its KV blocks)."""
-        store.check_identity(self.identity(SegmentParams.from_recorded(store.identity.segmentation)))
+        """Asking needs the embedder the archive's vectors come from; any chat model can answer (its own KV tier)."""
+        store.check_identity(StoreIdentity(embedder=EMBEDDER_NAME, embed_dim=EMBED_DIM))
 
     # -- commands ---------------------------------------------------------------------------------------------
 
+    def block_keeper(self, store: Store, kind: str | None = None) -> BlockKeeper:
+        """This model's KV tier of the store (blocks of `kind`, default the store's), with the store's budget."""
+        config = tier_config(self.model, self.prepared.sha256, kind or store.kv_block_kind)
+        return BlockKeeper(store.kv_space().tier(config), self.model, self.warn)
+
     def ingestor(self, store: Store, params: SegmentParams, kv_kind: str | None = DEFAULT_KIND) -> Ingestor:
-        """kv_kind None stores no KV blocks (text mode only)."""
-        capture = None
-        if kv_kind is not None:
-            capture = BlockCapture(store.kv_block_path, file_header(self.model, self.prepared.sha256), kv_kind)
-        return Ingestor(store, self.model, self.embedder, params, self.threads, capture)
+        """The ingest pass fills the segmenter's own tier with `kv_kind` blocks (None or a budget of 0: none)."""
+        keeper = None
+        if kv_kind is not None and store.kv_budget > 0:
+            keeper = self.block_keeper(store, kv_kind)
+        return Ingestor(store, self.model, self.embedder, params, self.threads, keeper,
+                        segmenter=f"{self.model.info.name} {self.prepared.sha256}")
 
     @property
     def answer_context(self) -> int:
         return min(ANSWER_CONTEXT, self.model.info.n_ctx_train)
 
-    def has_block_file(self) -> bool:
-        return current_block_path(self.store_dir).is_file()
+    @staticmethod
+    def default_mode(store: Store) -> str:
+        """kv unless the store keeps no KV blocks at all (a budget of 0, e.g. ingested with --no-kv)."""
+        return "kv" if store.kv_budget > 0 else "text"
 
-    def default_mode(self) -> str:
-        """kv whenever the store has KV blocks, else text (decided per question too: see `ask`)."""
-        return "kv" if self.has_block_file() else "text"
-
-    def answerer(self, mode: str = "text") -> TextModeAnswerer | KVModeAnswerer:
+    def answerer(self, mode: str, store: Store | None = None) -> TextModeAnswerer | KVModeAnswerer:
+        """The answerer of `mode` (kv mode needs the store: its tier and budget)."""
         if mode not in self._answerers:
             n_ctx = self.answer_context
             if mode == "kv":
-                if not self.has_block_file():
-                    raise EpiError(NO_BLOCKS)
-                header = file_header(self.model, self.prepared.sha256)
-                self._answerers[mode] = KVModeAnswerer(self.model, n_ctx, self.store_dir, header, self.threads,
-                                                       self.warn, sink_dir=cache_dir() / "kv-sinks")
+                if store is None:
+                    raise ValueError("kv mode answers from a store's KV tier: pass the store")
+                self._answerers[mode] = KVModeAnswerer(self.model, n_ctx, self.block_keeper(store), self.threads,
+                                                       self.warn, sink_dir=cache_dir() / "kv-sinks",
+                                                       on_prepare=self.on_prepare)
             else:
                 self._answerers[mode] = TextModeAnswerer(self.model, n_ctx, self.threads)
             self._answerers[mode].session.warm_up()
@@ -158,16 +165,13 @@ class Workspace:
             raise EpiError("the question is empty")
         started = time.perf_counter()
         retrieved = relevance_order(self.retrieve(store, question, k, neighbours))  # the order the model reads
-        stored = has_blocks(r.event for r in retrieved)
-        if mode == "kv" and retrieved and not stored:
-            raise EpiError(NO_BLOCKS)
-        mode = mode or ("kv" if stored else "text")  # kv whenever the store has blocks
+        mode = mode or self.default_mode(store)
         if epman and mode != "kv":
             raise EpiError("--epman weights KV blocks, so it needs kv mode (a store ingested with KV blocks)")
         answer = Answer()
         answer.timings.retrieve_s = time.perf_counter() - started
         result = AskResult(question, mode, retrieved, answer)
-        answerer = self.answerer(mode)
+        answerer = self.answerer(mode, store)
         weights = episodic_weights(retrieved) if epman else None
         stream = answerer.stream(question, retrieved, history, started, answer, should_stop=should_stop,
                                  weights=weights)

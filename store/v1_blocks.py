@@ -1,32 +1,26 @@
-"""Append-only file of per-event KV blocks (kv mode). SQLite records each block's (offset, length); this file only
-stores bytes and proves they are intact.
+"""Reader of store format 1's single append-only KV block file (kv/blocks.ekv, kv/blocks.N.ekv after a compaction),
+kept only so that upgrade_v1.py can move its blocks into the per-model tiers of format 2.
 
-Layout (little-endian), numpy/struct-first like gguf-py's reader:
+Layout (little-endian):
     file header  magic b"EPIKVBLK" | u32 format version | u32 n | n bytes of JSON (KVFileHeader) | u32 crc32(JSON)
     block*       32-byte header (BLOCK_HEADER) | payload
-A block's crc32 covers its header fields and its payload, so a flipped bit anywhere in the block is caught.
-
-Crash safety: existing bytes are never rewritten (compaction copies the live blocks into a new file: kv_compaction);
-a block becomes durable at `sync()`/`close()` (fsync), which the caller runs before committing the block's offset to
-SQLite. A crash mid-append leaves a torn tail that no SQLite row points to; the next writer finds it and truncates it
-before appending.
+A block's crc32 covers its header fields and its payload.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import json
 import os
 import struct
 import zlib
 from dataclasses import dataclass
-from enum import IntEnum
 from pathlib import Path
 
 import numpy as np
 
-from .records import StoreBusyError, StoreError, StoreMismatchError
+from .kv_tier.block_file import BlockType
+from .records import StoreError, StoreMismatchError
 
 # Bump when the byte layout above changes; files of another version are refused, never reinterpreted.
 KV_BLOCK_FORMAT_VERSION = 1
@@ -40,19 +34,11 @@ BLOCK_HEADER = struct.Struct("<4sHHqIQI")
 assert BLOCK_HEADER.size == 32
 
 
-class BlockType(IntEnum):
-    """Payload encoding; values are ggml_type ids so the file speaks llama.cpp's numbering."""
-
-    F16 = 1
-    Q4_0 = 2
-    Q8_0 = 8
-
-
 class BlockCorruptError(StoreError):
-    """A stored block failed its magic/version/checksum/identity check; the event must be re-ingested."""
+    """A format-1 block failed its magic/version/checksum/identity check."""
 
     def __init__(self, event_id: int | None, reason: str):
-        super().__init__(f"KV block of event {event_id} is corrupt ({reason}); re-ingest its document.")
+        super().__init__(f"KV block of event {event_id} is corrupt ({reason})")
         self.event_id = event_id
         self.reason = reason
 
@@ -142,117 +128,6 @@ def _check_block(fd: int, offset: int, file_size: int, event_id: int | None) -> 
     except ValueError:
         raise BlockCorruptError(event_id, f"unknown block type {btype} at offset {offset}") from None
     return fields, payload
-
-
-class KVBlockWriter:
-    """Single appender (flock-guarded); existing blocks are never rewritten."""
-
-    def __init__(self, path: str | os.PathLike, header: KVFileHeader):
-        self.path = Path(path)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise StoreBusyError(f"'{self.path}' is being written by another process; retry later.") from None
-        self._fd = fd
-        try:
-            if os.fstat(fd).st_size == 0:
-                encoded = _encode_header(header)
-                os.pwrite(fd, encoded, 0)
-                os.fsync(fd)
-                dir_fd = os.open(self.path.parent, os.O_RDONLY)  # make the new file's directory entry durable
-                try:
-                    os.fsync(dir_fd)
-                finally:
-                    os.close(dir_fd)
-                self._end = len(encoded)
-            else:
-                self._end = self._recover(_read_header(fd, self.path, header)[1])
-        except BaseException:
-            os.close(fd)
-            raise
-
-    def _recover(self, first: int) -> int:
-        """Offset to append at. A torn tail (partial last write(s)) is truncated; damage followed by intact blocks
-        is mid-file corruption, which is left for the reader to report per event and never truncated."""
-        size = os.fstat(self._fd).st_size
-        offsets, offset = [], first
-        # Walk headers only (cheap): stop at the first one that is unreadable or claims more bytes than exist.
-        while offset + BLOCK_HEADER.size <= size:
-            magic, version, *_, length, _crc = BLOCK_HEADER.unpack(_pread_exact(self._fd, BLOCK_HEADER.size, offset))
-            if magic != BLOCK_MAGIC or version != KV_BLOCK_FORMAT_VERSION or offset + BLOCK_HEADER.size + length > size:
-                break
-            offsets.append(offset)
-            offset += BLOCK_HEADER.size + length
-        # A crash can also leave the file long enough but the tail's data unwritten (zeros): checksum backwards
-        # from the end and drop blocks until one verifies. Blocks SQLite knows of were fsynced before it saw them.
-        while offsets:
-            try:
-                _check_block(self._fd, offsets[-1], size, None)
-                break
-            except BlockCorruptError:
-                offset = offsets.pop()
-        if offset == size:
-            return size
-        if self._intact_block_after(offset, size):
-            return size
-        os.ftruncate(self._fd, offset)
-        os.fsync(self._fd)
-        return offset
-
-    def _intact_block_after(self, start: int, size: int) -> bool:
-        """Whether any checksum-valid block starts after `start` (scanned in chunks for the block magic)."""
-        chunk, pos = 1 << 20, start + 1
-        while pos < size:
-            data = _pread_exact(self._fd, min(chunk + len(BLOCK_MAGIC) - 1, size - pos), pos)
-            at = data.find(BLOCK_MAGIC)
-            while at != -1 and at < chunk:
-                try:
-                    _check_block(self._fd, pos + at, size, None)
-                    return True
-                except BlockCorruptError:
-                    at = data.find(BLOCK_MAGIC, at + 1)
-            pos += chunk
-        return False
-
-    def append(self, event_id: int, block_type: BlockType, n_tokens: int,
-               payload: bytes | np.ndarray) -> tuple[int, int]:
-        """Append one block; return (offset, length) of the whole block (header included) for SQLite."""
-        data = memoryview(np.ascontiguousarray(payload).view(np.uint8) if isinstance(payload, np.ndarray)
-                          else payload).cast("B")
-        fields = BLOCK_HEADER.pack(BLOCK_MAGIC, KV_BLOCK_FORMAT_VERSION, BlockType(block_type), event_id, n_tokens,
-                                   data.nbytes, 0)[: BLOCK_HEADER.size - _CRC.size]
-        header = fields + _CRC.pack(_block_crc(fields, data))
-        offset = self._end
-        written = 0
-        for chunk in (memoryview(header), data):  # two writes: no copy of a many-MB payload
-            pos = 0
-            while pos < chunk.nbytes:
-                pos += os.pwrite(self._fd, chunk[pos:], offset + written + pos)
-            written += chunk.nbytes
-        self._end = offset + written
-        return offset, written
-
-    def sync(self) -> None:
-        """Make every appended block durable; call before committing their offsets to SQLite."""
-        os.fsync(self._fd)
-        if os.fstat(self._fd).st_nlink == 0:  # compaction switched files: these offsets would point into nothing
-            raise StoreError(f"'{self.path}' was replaced by a compaction while blocks were appended; ingest again.")
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            try:
-                os.fsync(self._fd)
-            finally:
-                os.close(self._fd)  # closing releases the flock
-                self._fd = -1
-
-    def __enter__(self) -> KVBlockWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class KVBlockReader:
