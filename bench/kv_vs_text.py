@@ -3,20 +3,23 @@
 Builds (or reuses) a store from real prose (CPython's pydoc_data topics, PSF License), then for each target size
 (512, 1k, 2k, 4k retrieved tokens) takes consecutive events of one document until the target is reached and answers
 the same question in both modes, best of `--repeat` runs each; kv mode from an empty cache (as a new `epi ask` finds
-it) and as a chat follow-up on the same events (the cache kept from the previous question). Also reports disk
-bytes per token of the block file. Ingest throughput has its own script, bench/ingest_throughput.py.
+it) and as a chat follow-up on the same events (the cache kept from the previous question). At 2k retrieved tokens it
+also measures kv mode with 0%, 50% and 100% of the events cold (their blocks removed from the tier before each run,
+so they are prefilled from text in place and kept again: what a first question pays after `--model OTHER`, or
+beyond the KV budget). Also reports disk bytes per token of the tier's blocks. Ingest throughput has its own
+script, bench/ingest_throughput.py.
 
     python bench/kv_vs_text.py [--threads N] [--repeat 3] [--store DIR]
 """
 from __future__ import annotations
 
 import argparse
-import os
 import tempfile
 import time
 from pathlib import Path
 
 from episodic_cli.engine.answer import Answer
+from episodic_cli.engine.kv_mode import event_block_key
 from episodic_cli.engine.retrieve import RetrievedEvent
 from episodic_cli.engine.segment import SegmentParams
 from episodic_cli.engine.sources import discover
@@ -25,18 +28,22 @@ from episodic_cli.store import Store
 from ingest_throughput import haystack
 
 TARGETS = (512, 1024, 2048, 4096)
+COLD_TARGET = 2048
 QUESTION = "What do these passages say about the evaluation order of expressions?"
 FOLLOW_UP = "And what do they say about operator precedence?"
 
 
-def first_token(ws: Workspace, mode: str, retrieved: list[RetrievedEvent], question: str = QUESTION,
-                fresh: bool = True) -> float:
+def first_token(ws: Workspace, st: Store, mode: str, retrieved: list[RetrievedEvent], question: str = QUESTION,
+                fresh: bool = True, cold: float = 0.0) -> float:
     """Seconds to the first answer token. `fresh` empties kv mode's cache first, as a new `epi ask` process finds
     it (the sink block still comes from the cache directory); otherwise the previous question's cache is reused,
-    as in `epi chat`."""
-    answerer = ws.answerer(mode)
+    as in `epi chat`. `cold`: the share of the events whose blocks are removed from the tier first (spread evenly)."""
+    answerer = ws.answerer(mode, st)
     if fresh and mode == "kv":
         answerer.reset()
+    n_cold = round(cold * len(retrieved))
+    for i in range(n_cold):
+        answerer.tier.discard(event_block_key(retrieved[i * len(retrieved) // n_cold]))
     answer = Answer()
     next(iter(answerer.stream(question, retrieved, None, time.perf_counter(), answer)))
     return answer.timings.first_token_s
@@ -63,6 +70,7 @@ def main() -> None:
         st.close()
     with Store.open_existing(store_dir) as st:
         ws.check_store(st)
+        cold_rows, cold_text = [], 0.0
         doc = st.documents()[0]
         events = st.events_of(doc.id)
         rows = []
@@ -75,17 +83,28 @@ def main() -> None:
                 n += ev.token_end - ev.token_start
             if n < target * 0.9:
                 break
-            text = min(first_token(ws, "text", chosen) for _ in range(args.repeat))
-            kv = min(first_token(ws, "kv", chosen) for _ in range(args.repeat))
-            follow = min(first_token(ws, "kv", chosen, FOLLOW_UP, fresh=False) for _ in range(args.repeat))
+            text = min(first_token(ws, st, "text", chosen) for _ in range(args.repeat))
+            kv = min(first_token(ws, st, "kv", chosen) for _ in range(args.repeat))
+            follow = min(first_token(ws, st, "kv", chosen, FOLLOW_UP, fresh=False) for _ in range(args.repeat))
             rows.append((target, n, text, kv, follow))
-        kv_bytes = os.path.getsize(st.kv_block_path)
-        stored_tokens = sum(e.token_end - e.token_start for e in events if e.kv_offset is not None)
+            if target == COLD_TARGET:
+                cold_rows = [(share, min(first_token(ws, st, "kv", chosen, cold=share) for _ in range(args.repeat)))
+                             for share in (0.0, 0.5, 1.0)]
+                cold_text = text
+        tier = ws.block_keeper(st).tier
+        kv_bytes = sum(f.size for f in st.kv_space().block_files() if f.tier_id == tier.dir.name)
+        stored_tokens = sum(e.token_end - e.token_start for e in events
+                            if tier.path_of(event_block_key(RetrievedEvent(e, doc, None, None))).is_file())
     print("| retrieved tokens (target) | actual | text mode first token (s) | kv mode first token (s) | kv speed-up "
           "| kv chat follow-up (s) | follow-up speed-up |")
     print("|---|---|---|---|---|---|---|")
     for target, n, text, kv, follow in rows:
         print(f"| {target} | {n} | {text:.3f} | {kv:.3f} | {text / kv:.1f}x | {follow:.3f} | {text / follow:.1f}x |")
+    print(f"\nkv mode at {COLD_TARGET} retrieved tokens with a share of the events cold (prefilled in place, then kept):")
+    print("| cold events | kv first token (s) | vs all hot | vs text mode |")
+    print("|---|---|---|---|")
+    for share, seconds in cold_rows:
+        print(f"| {share:.0%} | {seconds:.3f} | {seconds / cold_rows[0][1]:.1f}x | {seconds / cold_text:.2f}x |")
     print(f"\nq8_0 block file: {kv_bytes / max(stored_tokens, 1):,.0f} bytes per token ({stored_tokens} tokens)")
     ws.close()
 

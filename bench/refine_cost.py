@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from episodic_cli.engine import kv_capture as kv_capture_module
 from episodic_cli.engine import ingest as ingest_module
 from episodic_cli.engine import segment as segment_module
 from episodic_cli.engine.ingest import token_char_offsets
@@ -58,7 +59,7 @@ class RefineMeter:
         ingest_module.read_window = self._timed("read", ingest_module.read_window)
         ingest_module.similarity_keys = self._timed("keys", ingest_module.similarity_keys)
         segment_module.refine_cut = self._timed("score", recorded_refine_cut)
-        ingest_module.representative_keys = self._timed("rep_keys", ingest_module.representative_keys)
+        kv_capture_module.representative_keys = self._timed("rep_keys", kv_capture_module.representative_keys)
 
     def reset(self) -> None:
         self.seconds = dict.fromkeys(self.seconds, 0.0)
