@@ -177,3 +177,33 @@ def test_a_failed_ingest_leaves_no_blocks_behind(tmp_path, monkeypatch):
     assert tier_block_paths(store_dir) == kept  # bad.txt's blocks went with its failed commit
     with Store.open_existing(store_dir) as st:
         assert [d.display_path for d in st.documents()] == [str(good)]
+
+
+def test_the_budget_holds_under_a_random_sequence_of_ingests_asks_and_removals(tmp_path, monkeypatch):
+    import random
+
+    rng = random.Random(5)
+    store_dir = tmp_path / "store"
+    docs = [tmp_path / f"doc{i}.txt" for i in range(3)]
+    budget = 8_000_000  # about three blocks of the bundled model's ~250-token events at q8_0
+
+    def block_bytes() -> int:
+        return sum(p.stat().st_size for p in (store_dir / "kv").glob("*/blocks/*/*"))
+
+    for step in range(8):
+        action = "ingest" if step < 2 else rng.choice(["ingest", "ask", "ask", "rm"])
+        if action == "ingest":
+            doc = rng.choice(docs)
+            doc.write_text("\n".join(prose_lines(seed=rng.randrange(1000), n=30)), encoding="utf-8")  # new content
+            result = runner.invoke(app, ["ingest", str(doc), "--store", str(store_dir), "--kv-budget", "8MB"])
+        elif action == "ask":
+            result = runner.invoke(app, ["ask", "What did the harbour master carry?", "--store", str(store_dir),
+                                         "-k", str(rng.choice([1, 2])), "--json"])
+        else:
+            listed = [d["path"] for d in ls(store_dir)["documents"]]
+            if not listed:
+                continue
+            result = runner.invoke(app, ["rm", rng.choice(listed), "--store", str(store_dir)])
+        assert result.exit_code == 0, (step, action, result.stderr)
+        assert block_bytes() <= budget, (step, action, block_bytes())
+        assert ls(store_dir)["kv_used_bytes"] == block_bytes()
