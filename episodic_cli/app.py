@@ -125,6 +125,7 @@ def ingest(
     budget_text = "0" if not kv else kv_budget
     if budget_text is not None:
         parse_size(budget_text)  # a typo fails before the model loads
+    Store.refuse_if_being_written(store_path(store))  # before the model loads
     ws = Workspace(model, store, threads, warn=render.warning)
     with render.status("loading model and embedder", quiet=as_json):
         st = ws.store_for_writing(params)

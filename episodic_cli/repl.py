@@ -62,6 +62,7 @@ def run_repl(ws: Workspace, store: Store, k: int, epman: bool = False) -> None:
         query = f"{last_question} {line}" if last_question else line
         try:
             check_question_length(line)
+            store.refresh()  # an ingest running beside the chat commits document after document
             result, stream = ws.ask(store, query, k=k, history=history[-2 * HISTORY_TURNS:], epman=epman)
             # The model sees the user's own words as the question; retrieval used the combined query.
             answer_text = ""

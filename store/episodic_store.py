@@ -47,6 +47,11 @@ LOCK_NAME = "lock"
 
 # Rebuild instead of growing forever once tombstones outnumber live vectors (re-ingesting edited documents).
 COMPACT_MIN_DELETED = 256
+# A writer rewrites the whole index file at most this often (and when it lets go of the store): saving after every
+# document made an ingest of many files quadratic (~38 MB per save at 10M tokens). Readers catch up from SQLite.
+INDEX_SAVE_INTERVAL_S = 60.0
+# The WAL file is truncated back to this size after checkpoints instead of keeping its largest size forever.
+WAL_SIZE_LIMIT = 64 << 20
 REBUILD_BATCH = 10_000
 MAX_QUERY_TERMS = 32
 
@@ -135,6 +140,7 @@ def _connect(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(path / DB_NAME, isolation_level=None, timeout=10.0)
     try:
         conn.execute("PRAGMA foreign_keys=ON")
+        conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
         if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
             conn.execute("PRAGMA journal_mode=WAL")  # readers keep working while a writer commits
     except BaseException:
@@ -150,6 +156,9 @@ class Store:
         self._conn = conn
         self._lock_fd: int | None = None
         self._index = DenseIndex.empty(path / INDEX_NAME, identity.embed_dim)
+        self._index_loaded = False  # the saved index file has been read (then it is kept up to date in memory)
+        self._index_dirty = False   # the in-memory index has changes the file lacks
+        self._index_saved_at = time.monotonic()
 
     # ----------------------------------------------------------------------------------------------- opening
 
@@ -293,8 +302,29 @@ class Store:
             remove_v1_leftovers(self.path)
             yield self
         finally:
-            self._lock_fd = None
+            try:
+                if self._index_dirty:
+                    self._save_index()
+            finally:
+                self._lock_fd = None
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
+
+    @staticmethod
+    def refuse_if_being_written(path: Path) -> None:
+        """Fail at once, before anything slow (loading a model), when another process holds the writer lock. A second
+        writer refuses rather than waits: the first may run for hours, and an interrupted ingest resumes anyway."""
+        lock = Path(path) / LOCK_NAME
+        if not lock.is_file():
+            return
+        fd = os.open(lock, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             fcntl.flock(fd, fcntl.LOCK_UN)
+        except BlockingIOError:
+            raise StoreBusyError(f"another epi process (an ingest, rm or compact) is writing store '{path}'; wait for "
+                                 "it to finish, or use another --store.") from None
+        finally:
             os.close(fd)
 
     def _try_lock(self) -> int | None:
@@ -416,21 +446,48 @@ class Store:
             index.add(ids, vectors)
         return index
 
+    def _vectors_of(self, ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        marks = ",".join("?" * len(ids))
+        rows = self._conn.execute(f"SELECT id, embedding FROM events WHERE id IN ({marks}) ORDER BY id", ids).fetchall()
+        found = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        vectors = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
+        return found, vectors
+
     def _sync_index(self) -> str | None:
-        """Make the in-memory index match SQLite, rebuilding (and saving) if needed; why it was rebuilt, or None."""
+        """Make the in-memory index match SQLite; why it had to change, or None. The saved file is read once, then
+        brought up to date incrementally (O(events added or removed since it was saved)); it is rebuilt from SQLite
+        only when it is missing or unreadable."""
         ids = self._sqlite_event_ids()
-        if self._index.live_ids() == ids:  # ids are never reused, so equal id sets mean equal contents
+        if self._index_loaded and self._index.live_ids() == ids:  # ids are never reused: equal sets, equal contents
             return None
         index_path = self.path / INDEX_NAME
-        loaded = DenseIndex.load_if_consistent(index_path, self.identity.embed_dim, ids)
-        if loaded is not None:
+        reason = None
+        if not self._index_loaded:
+            loaded = DenseIndex.load(index_path, self.identity.embed_dim)
+            self._index_loaded = True
+            if loaded is None:
+                reason = "missing" if not index_path.exists() else "unreadable"
+                log.info("store %s: dense index %s; rebuilding it from SQLite", self.path, reason)
+                self._index = self._rebuild_index()
+                self._save_index()
+                return reason
             self._index = loaded
-            return None
-        reason = "missing" if not index_path.exists() else "unreadable or out of date"
-        log.info("store %s: dense index %s; rebuilding it from SQLite", self.path, reason)
-        self._index = self._rebuild_index()
-        self._save_index()
+        if self._index.catch_up(ids, self._vectors_of):
+            reason = "out of date"
+            self._compact_index_if_wasteful()
+            self._index_dirty = True
+            if self._lock_fd is None:
+                self._save_index()  # a reader saves what it caught up on only when no writer holds the store
         return reason
+
+    def refresh(self) -> None:
+        """See what other processes committed since this store was opened (a running `epi chat` between questions:
+        an ingest in progress commits document after document)."""
+        self._sync_index()
+
+    def _compact_index_if_wasteful(self) -> None:
+        if self._index.n_deleted >= max(COMPACT_MIN_DELETED, self._index.n_live):
+            self._index = self._rebuild_index()
 
     def _save_index(self) -> None:
         """Save if we hold (or can get) the writer lock; a reader must not race a writer's save."""
@@ -439,24 +496,28 @@ class Store:
             return  # the writer will save its own, newer index
         try:
             self._index.save()
-        except Exception as e:  # SQLite is the truth: a stale/missing index file is rebuilt on next open
-            log.warning("store %s: could not save the dense index (%s); it will be rebuilt on next open", self.path, e)
+            self._index_dirty = False
+            self._index_saved_at = time.monotonic()
+        except Exception as e:  # SQLite is the truth: a stale/missing index file is caught up on next open
+            log.warning("store %s: could not save the dense index (%s); it will be caught up on next open", self.path, e)
         finally:
             if fd is not None:
                 fcntl.flock(fd, fcntl.LOCK_UN)
                 os.close(fd)
 
     def _update_index(self, removed: list[int], ids: np.ndarray, vectors: np.ndarray) -> None:
-        """After a commit: apply the change incrementally, compacting when tombstones dominate."""
+        """After a commit: apply the change incrementally, compacting when tombstones dominate; the file is saved
+        now and then (INDEX_SAVE_INTERVAL_S) and when the writer lets go of the store."""
         try:
             self._index.remove(removed)
             self._index.add(ids, vectors)
-            if self._index.n_deleted >= max(COMPACT_MIN_DELETED, self._index.n_live):
-                self._index = self._rebuild_index()
+            self._compact_index_if_wasteful()
         except Exception as e:
             log.warning("store %s: incremental index update failed (%s); rebuilding", self.path, e)
             self._index = self._rebuild_index()
-        self._save_index()
+        self._index_dirty = True
+        if self._lock_fd is None or time.monotonic() - self._index_saved_at >= INDEX_SAVE_INTERVAL_S:
+            self._save_index()
 
     # ----------------------------------------------------------------------------------------------- reading
 
@@ -624,8 +685,11 @@ class Store:
             problems.append(f"{n_bad} event embedding(s) have the wrong size; re-ingest into --store NEW.")
         # Check the file on disk, not our in-memory copy: that is what the next `epi ask` will load.
         self._index = DenseIndex.empty(self.path / INDEX_NAME, self.identity.embed_dim)
+        self._index_loaded = False
         reason = self._sync_index()
-        if reason:
+        if reason == "out of date":
+            problems.append(f"dense index ({INDEX_NAME}) was out of date; brought it up to date from SQLite.")
+        elif reason:
             problems.append(f"dense index ({INDEX_NAME}) was {reason}; rebuilt it from SQLite.")
         if not (self.path / KV_DIR).is_dir():
             problems.append(f"{KV_DIR}/ directory was missing; recreated it.")

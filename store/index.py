@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import hnswlib
@@ -12,6 +13,7 @@ M = 16
 EF_CONSTRUCTION = 200
 MIN_EF = 64
 MIN_CAPACITY = 1024
+CATCH_UP_BATCH = 10_000
 
 
 class DenseIndex:
@@ -29,8 +31,9 @@ class DenseIndex:
         return cls(path, dim, index, set())
 
     @classmethod
-    def load_if_consistent(cls, path: Path, dim: int, expected_ids: set[int]) -> "DenseIndex | None":
-        """The saved index, or None if it is missing, unreadable, or its live ids differ from `expected_ids`."""
+    def load(cls, path: Path, dim: int) -> "DenseIndex | None":
+        """The saved index, or None if it is missing, unreadable or of another dimension. Which of its labels are
+        deleted is learnt by `catch_up` (hnswlib cannot list them)."""
         if not path.is_file():
             return None
         index = hnswlib.Index(space="cosine", dim=dim)
@@ -38,19 +41,28 @@ class DenseIndex:
             index.load_index(str(path))
         except (RuntimeError, MemoryError, OSError, ValueError):
             return None
-        labels = set(index.get_ids_list())
-        if not expected_ids <= labels:
-            return None
-        # Event ids are never reused, so a label unknown to SQLite is fine only if it was marked deleted
-        # (a crash after a SQLite commit but before the index save leaves such labels live).
-        extras = labels - expected_ids
-        for label in extras:
+        return cls(path, dim, index, set())
+
+    def catch_up(self, expected_ids: set[int],
+                 vectors_of: Callable[[list[int]], tuple[np.ndarray, np.ndarray]]) -> int:
+        """Make the live labels equal `expected_ids` (SQLite's event ids) by adding what is missing and deleting
+        what is gone: O(changes), not O(archive), so a saved index that lags the database (a writer saves it only
+        now and then; a crash before a save) costs its readers only the events added or removed since. Event ids
+        are never reused, so a label SQLite no longer has is a removed event. Returns how many labels changed."""
+        labels = set(self._index.get_ids_list())
+        changed = 0
+        for label in labels - expected_ids - self._deleted:
             try:
-                index.get_items([label])
-            except RuntimeError:  # "Label not found": marked deleted
-                continue
-            return None
-        return cls(path, dim, index, extras)
+                self._index.mark_deleted(label)
+                changed += 1
+            except RuntimeError:  # saved already marked deleted
+                pass
+            self._deleted.add(label)
+        missing = sorted(expected_ids - labels)
+        for start in range(0, len(missing), CATCH_UP_BATCH):
+            ids, vectors = vectors_of(missing[start : start + CATCH_UP_BATCH])
+            self.add(ids, vectors)
+        return changed + len(missing)
 
     @property
     def n_live(self) -> int:

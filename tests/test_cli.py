@@ -277,3 +277,19 @@ def test_real_console_script_prints_no_traceback(tmp_path):
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [f"error: {pdf} is not a GGUF model file (llama.cpp models end in .gguf)"]
+
+
+def test_a_second_writer_is_refused_at_once_before_the_model_loads(tmp_path, monkeypatch):
+    import fcntl
+
+    from episodic_cli.engine import workspace
+
+    doc = tmp_path / "note.txt"
+    doc.write_text("The ferry to Orsk leaves at nine.\n" * 8)
+    store = tmp_path / "store"
+    store.mkdir()
+    with open(store / "lock", "w") as held:  # what a running `epi ingest` holds
+        fcntl.flock(held, fcntl.LOCK_EX)
+        monkeypatch.setattr(workspace.Workspace, "model", property(lambda self: pytest.fail("model loaded")))
+        result = invoke("ingest", doc, "--store", store)
+    assert_one_line_error(result, "another epi process", "is writing store")

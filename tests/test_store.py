@@ -279,7 +279,7 @@ def test_stale_index_file_from_real_crash_is_rebuilt(tmp_path, rng):
     with Store.open_existing(path) as s:
         shutil.copy(old_copy, path / "index.hnsw")  # stale file appears while open: health must look at the disk
         problems = s.health()  # health checks the file on disk and repairs it
-        assert len(problems) == 1 and "rebuilt" in problems[0]
+        assert len(problems) == 1 and "brought it up to date" in problems[0]
         assert s.health() == []
 
 
@@ -399,3 +399,51 @@ def test_compaction_keeps_index_small(store, rng):
     assert st["index_live"] == 100 and st["index_deleted"] < 300
     assert store.search_dense(events[42].embedding, 1)[0][0] == events[42].id
     assert store.health() == []
+
+
+def test_a_writer_saves_the_index_once_per_run_not_once_per_document(tmp_path, rng, monkeypatch):
+    saves = []
+    real_save = DenseIndex.save
+    monkeypatch.setattr(DenseIndex, "save", lambda self: saves.append(1) or real_save(self))
+    with Store.create_or_open(tmp_path / "st", IDENTITY) as s, s.writer():
+        saves.clear()  # a new store writes its (empty) index when it is created
+        for i in range(20):
+            doc, events = make_doc(f"d{i}.txt", [f"doc {i} event {j}" for j in range(3)], rng)
+            s.replace_document(doc, events)
+        assert saves == []  # within one writer session (an ingest run), well under INDEX_SAVE_INTERVAL_S
+    assert len(saves) == 1  # saved once when the writer let go
+    with Store.open_existing(tmp_path / "st") as s:
+        assert s.stats()["index_live"] == 60 and s.health() == []
+
+
+def test_a_reader_catches_up_with_a_lagging_index_without_a_rebuild(tmp_path, rng, monkeypatch):
+    path = tmp_path / "st"
+    with Store.create_or_open(path, IDENTITY) as s:
+        docs, queries, _ = _populate(s, rng)
+        lagging = (path / "index.hnsw").read_bytes()
+        doc, new_events = make_doc("late.txt", ["written after the last save"], rng)
+        s.replace_document(doc, new_events)
+        assert s.remove_document("/abs/d0.txt")
+    (path / "index.hnsw").write_bytes(lagging)  # as if the writer died before saving these two changes
+
+    def no_rebuild(self):
+        raise AssertionError("a lagging index must be caught up, not rebuilt")
+
+    monkeypatch.setattr(Store, "_rebuild_index", no_rebuild)
+    with Store.open_existing(path) as s:
+        assert s.search_dense(new_events[0].embedding, 1)[0][0] == new_events[0].id
+        removed = {e.id for e in docs[0][1]}
+        assert not removed & {i for i, _ in s.search_dense(queries[0], 50)}
+
+
+def test_a_long_lived_reader_sees_what_another_process_commits_after_refresh(tmp_path, rng):
+    path = tmp_path / "st"
+    with Store.create_or_open(path, IDENTITY) as writer_side:
+        doc, first = make_doc("a.txt", ["first event"], rng)
+        writer_side.replace_document(doc, first)
+        with Store.open_existing(path) as chat:  # e.g. `epi chat`, open while an ingest goes on
+            doc, second = make_doc("b.txt", ["committed while the chat was open"], rng)
+            writer_side.replace_document(doc, second)
+            assert chat.search_dense(second[0].embedding, 1)[0][0] != second[0].id
+            chat.refresh()
+            assert chat.search_dense(second[0].embedding, 1)[0][0] == second[0].id
