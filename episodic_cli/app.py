@@ -15,6 +15,9 @@ from . import __version__, render
 from .engine.answer import check_question_length
 from .engine.errors import EpiError
 from .engine.paths import store_path
+from .engine.scope import documents_matching
+from .engine.structure import decode as decode_section
+from .engine.structure import describe as describe_section
 from .engine.segment import REFINE_METHODS, SegmentParams
 from .engine.sources import Skipped, discover
 from .engine.kv_capture import DEFAULT_KIND
@@ -42,6 +45,7 @@ ModelOpt = Annotated[Optional[str], typer.Option("--model", "-m", help="A GGUF c
 ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", "-t", min=1, help="CPU threads for llama.cpp (default: physical cores).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout and nothing else.")]
 EpmanOpt = Annotated[bool, typer.Option("--epman", help="kv mode: weight each retrieved block by its relevance (EpMAN; V rows scaled into [0.9, 1.0]).")]
+DocOpt = Annotated[Optional[list[str]], typer.Option("--doc", "-d", help="Answer only from documents matching this glob (their path as `epi ls` shows it, or its file name: `--doc book.pdf`, `--doc 'src/*.py'`); repeat it for more.", show_default=False)]
 KVBudgetOpt = Annotated[Optional[str], typer.Option("--kv-budget", help="Disk the store may use for KV blocks, all models together (e.g. `500MB`, `20GB`, `0`); kept in the store. Default 10GB.", show_default=False)]
 
 _SIZE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
@@ -155,6 +159,11 @@ def ingest(
         raise typer.Exit(1)
 
 
+def check_doc_globs(st: Store, globs: list[str] | None) -> None:
+    if globs and not documents_matching(st, globs):
+        raise EpiError(f"--doc {' '.join(globs)} matches no document in the store; `epi ls` lists them")
+
+
 def nothing_to_ingest(skipped: list[Skipped]) -> str:
     if not skipped:
         return "nothing to ingest: no readable files under the given paths"
@@ -171,6 +180,7 @@ def ask(
     mode: Annotated[Optional[str], typer.Option(help="`kv` loads the retrieved events' stored KV blocks (the default when the store has them); `text` re-reads their text.", show_default=False)] = None,
     neighbours: Annotated[int, typer.Option(min=0, max=3, help="Adjacent events added around each hit (temporal contiguity).")] = 1,
     epman: EpmanOpt = False,
+    doc: DocOpt = None,
     store: StoreOpt = None,
     model: ModelOpt = None,
     threads: ThreadsOpt = None,
@@ -178,18 +188,24 @@ def ask(
 ) -> None:
     """Answer a question from the store, streaming the answer, then list the sources it was given.
 
-    Example:  epi ask "what does the retry policy default to?" -k 5
+    A question that names a chapter, section, page, file or code symbol ("in chapter 3", "section 2.4", "on page
+    12", "in utils.py", "what does Cache.get return") is answered from that part of the archive.
+
+    Example:  epi ask "what does the retry policy default to?" -k 5 --doc 'src/*.py'
     """
     if mode is not None and mode not in MODES:
         raise EpiError(f"unknown --mode {mode!r}: use text or kv")
     check_question_length(question)  # before any loading: a pasted page is refused at once
     ws = Workspace(model, store, threads, warn=render.warning, on_prepare=render.prepare_progress(quiet=as_json))
     with Store.open_existing(ws.store_dir) as st:
+        check_doc_globs(st, doc)  # a typo fails before the model loads
         with render.status("loading model", quiet=as_json):
             ws.check_store(st)
             ws.embedder.load(batches=False)  # before timing starts
             ws.answerer(mode or ws.default_mode(st), st)
-        result, stream = ws.ask(st, question, k=k, mode=mode, neighbours=neighbours, epman=epman)
+        result, stream = ws.ask(st, question, k=k, mode=mode, neighbours=neighbours, epman=epman, docs=doc)
+        if not as_json:
+            render.scope(result.scope)
         if as_json:
             for _ in stream:
                 pass
@@ -206,20 +222,23 @@ def ask(
 def chat(
     k: Annotated[int, typer.Option("-k", min=1, max=50, help="Events found by similarity per question.")] = 3,
     epman: EpmanOpt = False,
+    doc: DocOpt = None,
     store: StoreOpt = None,
     model: ModelOpt = None,
     threads: ThreadsOpt = None,
 ) -> None:
-    """Talk to the archive: follow-up questions keep the conversation. Type /help inside for commands."""
+    """Talk to the archive: follow-up questions keep the conversation. Type /help inside for commands (`/doc GLOB`
+    restricts the documents, like `--doc`)."""
     from .repl import run_repl
 
     ws = Workspace(model, store, threads, warn=render.warning, on_prepare=render.prepare_progress())
     with Store.open_existing(ws.store_dir) as st:
+        check_doc_globs(st, doc)
         with render.status("loading model"):
             ws.check_store(st)
             ws.embedder.load(batches=False)
             ws.answerer(ws.default_mode(st), st)
-        run_repl(ws, st, k, epman)
+        run_repl(ws, st, k, epman, docs=doc)
     ws.close()
 
 
@@ -262,6 +281,7 @@ def show(
             print(json.dumps({"event_id": ev.id, "document": doc.display_path, "ordinal": ev.ordinal,
                               "page_start": ev.page_start, "page_end": ev.page_end, "line_start": ev.line_start,
                               "line_end": ev.line_end, "tokens": ev.token_end - ev.token_start,
+                              "section": describe_section(decode_section(ev.section)),
                               "surprise_mean": ev.surprise_mean, "surprise_max": ev.surprise_max, "text": ev.text},
                              ensure_ascii=False))
         else:

@@ -199,6 +199,17 @@ def sources(retrieved) -> None:
         out.print(f" [cyan][{i}][/] {escape(citation(r))}{mark}  [dim]event {r.event.id}[/]\n     {escape(excerpt)}")
 
 
+def scope(restriction) -> None:
+    """What part of the archive a question was answered from ("ch. 3", "util.py"), and scope words that matched
+    nothing (the question was then answered from everything)."""
+    if restriction is None:
+        return
+    for note in restriction.notes:
+        warning(note)
+    if restriction.described:
+        err.print(f"[dim]searching {escape(restriction.described)} only[/]", soft_wrap=True)
+
+
 def timings(result) -> None:
     t = result.answer.timings
     n = sum(r.n_tokens for r in result.retrieved)

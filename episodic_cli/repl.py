@@ -6,6 +6,7 @@ from rich.markup import escape
 from . import render
 from .engine.answer import check_question_length
 from .engine.errors import EpiError
+from .engine.scope import documents_matching, names_a_place
 from .engine.workspace import Workspace
 from .store import Store, StoreError
 
@@ -13,12 +14,13 @@ HELP = """commands:
   /sources   show the sources of the last answer
   /reset     forget the conversation (start a new topic)
   /k N       retrieve N events per question (now {k})
+  /doc GLOB  answer only from documents matching GLOB (several: /doc a.pdf 'src/*.py'); /doc alone: all (now {docs})
   /help      this help
   /exit      leave (or Ctrl-D); Ctrl-C stops an answer without leaving"""
 HISTORY_TURNS = 2  # earlier question/answer pairs kept in the prompt; a 135M model loses track beyond that
 
 
-def run_repl(ws: Workspace, store: Store, k: int, epman: bool = False) -> None:
+def run_repl(ws: Workspace, store: Store, k: int, epman: bool = False, docs: list[str] | None = None) -> None:
     try:
         import readline  # noqa: F401 - line editing and history for input()
     except ImportError:  # pragma: no cover - Windows
@@ -43,7 +45,7 @@ def run_repl(ws: Workspace, store: Store, k: int, epman: bool = False) -> None:
             if cmd in ("/exit", "/quit"):
                 return
             if cmd == "/help":
-                render.out.print(HELP.format(k=k))
+                render.out.print(HELP.format(k=k, docs=escape(" ".join(docs)) if docs else "all"))
             elif cmd == "/reset":
                 history, last_question, last_sources = [], "", []
                 render.out.print("[dim]conversation cleared[/]")
@@ -55,19 +57,30 @@ def run_repl(ws: Workspace, store: Store, k: int, epman: bool = False) -> None:
                     render.out.print(f"[dim]k = {k}[/]")
                 else:
                     render.error("usage: /k N, with N from 1 to 50")
+            elif cmd == "/doc":
+                globs = arg.split()
+                if globs and not documents_matching(store, globs):
+                    render.error(f"/doc {' '.join(globs)} matches no document; `epi ls` lists them")
+                else:
+                    docs = globs or None
+                    shown = ", ".join(sorted(documents_matching(store, globs).values())) if globs else "all documents"
+                    render.out.print(f"[dim]answering from {escape(shown)}[/]")
             else:
                 render.error(f"unknown command {cmd}; /help lists them")
             continue
         # A follow-up ("and who was his brother?") retrieves with the previous question for its missing context.
-        query = f"{last_question} {line}" if last_question else line
+        # A question naming its own chapter, section, page, file or symbol is not mixed with the previous one's.
+        query = f"{last_question} {line}" if last_question and not names_a_place(line) else line
         try:
             check_question_length(line)
             store.refresh()  # an ingest running beside the chat commits document after document
-            result, stream = ws.ask(store, query, k=k, history=history[-2 * HISTORY_TURNS:], epman=epman)
+            result, stream = ws.ask(store, query, k=k, history=history[-2 * HISTORY_TURNS:], epman=epman, docs=docs)
+            render.scope(result.scope)
             # The model sees the user's own words as the question; retrieval used the combined query.
             answer_text = ""
             try:
                 answer_text = render.stream_answer(stream)
+                render.evidence(result)
             except KeyboardInterrupt:
                 render.out.print("\n[dim](stopped)[/]")
             last_sources = result.retrieved

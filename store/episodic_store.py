@@ -53,6 +53,9 @@ INDEX_SAVE_INTERVAL_S = 60.0
 # The WAL file is truncated back to this size after checkpoints instead of keeping its largest size forever.
 WAL_SIZE_LIMIT = 64 << 20
 REBUILD_BATCH = 10_000
+# A scoped dense search (a chapter, some documents) over at most this many events reads their vectors from SQLite and
+# ranks them exactly (~1.5 MB at 384 floats); larger scopes filter the hnswlib search instead.
+EXACT_SEARCH_MAX = 1000
 MAX_QUERY_TERMS = 32
 
 _DOC_COLS = (
@@ -61,7 +64,7 @@ _DOC_COLS = (
 )
 _EVENT_COLS = (
     "id, document_id, ordinal, token_start, token_end, char_start, char_end, page_start, page_end, "
-    "line_start, line_end, surprise_mean, surprise_max, text"
+    "line_start, line_end, surprise_mean, surprise_max, text, section"
 )
 
 STOP_WORDS = frozenset(
@@ -128,10 +131,11 @@ def _document(row: tuple) -> DocumentRecord:
 
 
 def _event(row: tuple) -> EventRecord:
-    (id_, doc_id, ordinal, ts, te, cs, ce, ps, pe, ls, le, smean, smax, text) = row
+    (id_, doc_id, ordinal, ts, te, cs, ce, ps, pe, ls, le, smean, smax, text, section) = row
     return EventRecord(
         ordinal=ordinal, token_start=ts, token_end=te, char_start=cs, char_end=ce, page_start=ps, page_end=pe,
         line_start=ls, line_end=le, surprise_mean=smean, surprise_max=smax, text=text, id=id_, document_id=doc_id,
+        section=section,
     )  # fmt: skip
 
 
@@ -398,11 +402,11 @@ class Store:
     def _insert_event(self, document_id: int, ev: EventRecord, vector: np.ndarray) -> int:
         cur = self._conn.execute(
             "INSERT INTO events (document_id, ordinal, token_start, token_end, char_start, char_end, page_start, "
-            "page_end, line_start, line_end, surprise_mean, surprise_max, text, embedding) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "page_end, line_start, line_end, surprise_mean, surprise_max, text, embedding, section) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (document_id, ev.ordinal, ev.token_start, ev.token_end, ev.char_start, ev.char_end, ev.page_start,
              ev.page_end, ev.line_start, ev.line_end, float(ev.surprise_mean), float(ev.surprise_max), ev.text,
-             vector.astype(np.float32).tobytes()),
+             vector.astype(np.float32).tobytes(), ev.section),
         )  # fmt: skip
         self._conn.execute(
             "INSERT INTO events_fts (rowid, text) VALUES (?, ?)", (cur.lastrowid, fts5_document(ev.text))
@@ -554,21 +558,50 @@ class Store:
         ).fetchone()
         return None if row is None else _event(row)
 
-    def search_dense(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
+    def search_dense(self, query: np.ndarray, k: int, within: set[int] | None = None) -> list[tuple[int, float]]:
+        """The k events most similar to `query`; with `within`, only among those event ids (a chapter, a document):
+        exact over their stored vectors when they are few, else the index's search with a filter."""
         vec = np.asarray(query, dtype=np.float32).reshape(-1)
         if vec.shape != (self.identity.embed_dim,):
             raise ValueError(f"query must have {self.identity.embed_dim} values, got {vec.shape[0]}")
-        return self._index.search(vec, k)
-
-    def search_lexical(self, query: str, k: int) -> list[tuple[int, float]]:
-        match = fts5_query(query)
-        if not match or k <= 0:
+        if within is None:
+            return self._index.search(vec, k)
+        if not within or k <= 0:
             return []
-        rows = self._conn.execute(
-            "SELECT rowid, bm25(events_fts) AS s FROM events_fts WHERE events_fts MATCH ? ORDER BY s LIMIT ?",
-            (match, k),
-        )
+        if len(within) <= EXACT_SEARCH_MAX:
+            found, vectors = self._vectors_of(sorted(within))
+            if not len(found):
+                return []
+            scores = vectors @ vec
+            best = np.argsort(-scores, kind="stable")[:k]
+            return [(int(found[i]), float(scores[i])) for i in best]
+        return self._index.search(vec, k, allowed=within)
+
+    def search_lexical(self, query: str, k: int, within: set[int] | None = None) -> list[tuple[int, float]]:
+        match = fts5_query(query)
+        if not match or k <= 0 or (within is not None and not within):
+            return []
+        if within is None:
+            rows = self._conn.execute(
+                "SELECT rowid, bm25(events_fts) AS s FROM events_fts WHERE events_fts MATCH ? ORDER BY s LIMIT ?",
+                (match, k),
+            )
+        else:  # the ids travel as one JSON array: no limit on how many
+            rows = self._conn.execute(
+                "SELECT rowid, bm25(events_fts) AS s FROM events_fts WHERE events_fts MATCH ? "
+                "AND rowid IN (SELECT value FROM json_each(?)) ORDER BY s LIMIT ?",
+                (match, json.dumps(sorted(within)), k),
+            )
         return [(int(r[0]), -float(r[1])) for r in rows]
+
+    def event_places(self, document_ids: list[int] | None = None) -> list[tuple]:
+        """(event id, document id, ordinal, page_start, page_end, line_start, line_end, section) of every event, or
+        of the given documents' events: what a question's scope (a chapter, a page, a symbol) is matched against."""
+        sql = "SELECT id, document_id, ordinal, page_start, page_end, line_start, line_end, section FROM events"
+        if document_ids is None:
+            return self._conn.execute(sql).fetchall()
+        return self._conn.execute(sql + " WHERE document_id IN (SELECT value FROM json_each(?))",
+                                  (json.dumps(sorted(document_ids)),)).fetchall()
 
     # ------------------------------------------------------------------------------------------ KV tiers
 

@@ -90,16 +90,18 @@ class DenseIndex:
                 self._index.mark_deleted(label)
                 self._deleted.add(label)
 
-    def search(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
-        k = min(k, self.n_live)
+    def search(self, query: np.ndarray, k: int, allowed: set[int] | None = None) -> list[tuple[int, float]]:
+        """The k nearest live labels; with `allowed`, only labels in it (hnswlib's filtered search)."""
+        k = min(k, self.n_live if allowed is None else len(allowed))
         if k <= 0:
             return []
         q = np.asarray(query, dtype=np.float32).reshape(1, self.dim)
+        keep = None if allowed is None else allowed.__contains__
         ef = max(MIN_EF, 2 * k)
         while k > 0:
             self._index.set_ef(ef)
             try:
-                labels, distances = self._index.knn_query(q, k=k)
+                labels, distances = self._index.knn_query(q, k=k, filter=keep)
                 break
             except RuntimeError:
                 # Many deleted neighbours can leave fewer than k results reachable: widen the search, then give up k.

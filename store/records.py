@@ -82,3 +82,4 @@ class EventRecord:
     embedding: np.ndarray | None = None
     id: int | None = None
     document_id: int | None = None
+    section: str | None = None  # JSON: where the event sits in its document's structure (engine/structure.py)

@@ -84,6 +84,14 @@ def m004_document_segmenter(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE documents ADD COLUMN segmenter TEXT")
 
 
+@migration
+def m005_event_section(conn: sqlite3.Connection) -> None:
+    # Where each event sits in its document's structure (chapter/section headings, enclosing class/function): a small
+    # JSON object written at ingest (engine/structure.py, docs/store-format.md). NULL for events stored before it and
+    # for events no heading or definition encloses; citations then show the document and pages/lines alone.
+    conn.execute("ALTER TABLE events ADD COLUMN section TEXT")
+
+
 def _applied(conn: sqlite3.Connection) -> set[str]:
     exists = conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='_migrations'").fetchone()
     if not exists:

@@ -51,13 +51,17 @@ def test_ask_json_contract(shared_ask):
     assert len(shared_ask.stdout.strip().splitlines()) == 1  # exactly one JSON object, nothing else on stdout
     out = json.loads(shared_ask.stdout)
     assert set(out) == {"answer", "mode", "sources", "retrieved_tokens", "kv_loaded_tokens", "kv_prefilled_tokens",
-                        "timings"}
+                        "timings", "scope"}
+    assert out["scope"] == {"restricted_to": None, "notes": []}  # the question names no chapter, page or file
     assert isinstance(out["answer"], str) and out["answer"] == out["answer"].strip() and out["answer"]
     assert out["mode"] == "kv"  # the default whenever the store has KV blocks (ingest stores them by default)
     assert isinstance(out["retrieved_tokens"], int) and not isinstance(out["retrieved_tokens"], bool)
     assert out["sources"]
     for s in out["sources"]:
-        assert set(s) == {"document", "page", "line_start", "line_end", "event_id", "score", "text"}
+        assert set(s) == {"document", "page", "page_end", "line_start", "line_end", "section", "event_id", "score",
+                          "text"}
+        assert (s["page"] is None) == (s["page_end"] is None) and (s["page"] or 0) <= (s["page_end"] or 0)
+        assert s["section"] is None or isinstance(s["section"], str)
         assert isinstance(s["document"], str) and isinstance(s["text"], str) and s["text"]
         assert isinstance(s["event_id"], int) and not isinstance(s["event_id"], bool)
         for key in ("page", "line_start", "line_end"):

@@ -14,6 +14,8 @@ import numpy as np
 from .errors import EpiError
 from .llama_backend import LlamaModel, LlamaSession
 from .retrieve import RetrievedEvent
+from .structure import decode as decode_section
+from .structure import describe as describe_section
 
 SYSTEM_PROMPT = (
     "You answer questions about the user's documents. Use only the numbered sources. "
@@ -28,14 +30,20 @@ ANSWER_TOKENS = 256
 MAX_QUESTION_CHARS = 2000
 
 
-def citation(r: RetrievedEvent) -> str:
+def citation(r: RetrievedEvent, structure: bool = True) -> str:
+    """`book.pdf, ch. 3 "The Betrayal", pp. 41-42`, `src/util.py, class Cache, def get, lines 80-112`; the place in
+    the document's structure only where the event records one (and `structure`)."""
     ev = r.event
+    head = r.document.display_path
+    place = describe_section(decode_section(ev.section)) if structure else None
+    if place:
+        head = f"{head}, {place}"
     if ev.page_start is not None:
         pages = f"p. {ev.page_start}" if ev.page_start == ev.page_end else f"pp. {ev.page_start}-{ev.page_end}"
-        return f"{r.document.display_path}, {pages}"
+        return f"{head}, {pages}"
     if ev.line_start is not None:
-        return f"{r.document.display_path}, lines {ev.line_start}-{ev.line_end}"
-    return r.document.display_path
+        return f"{head}, lines {ev.line_start}-{ev.line_end}"
+    return head
 
 
 def numbered_sources(sources: list[tuple[str, str]]) -> str:
@@ -65,7 +73,8 @@ def build_messages(question: str, retrieved: list[RetrievedEvent], history: list
     """Text mode's prompt: system rules, earlier turns (chat), then one user turn holding the numbered sources and,
     last, the question."""
     question = clean_question(question)
-    user = sources_turn(question, [(citation(r), r.event.text) for r in retrieved]) if retrieved else (
+    # The prompt's headings stay document + pages/lines (as kv mode's blocks carry none): structure is for the reader.
+    user = sources_turn(question, [(citation(r, structure=False), r.event.text) for r in retrieved]) if retrieved else (
         f"(No sources were found in the archive.)\n\nQuestion: {question}")
     return [{"role": "system", "content": SYSTEM_PROMPT}, *(history or []), {"role": "user", "content": user}]
 

@@ -241,6 +241,7 @@ class Ingestor:
                 ordinal=ordinal, token_start=a, token_end=b, char_start=c0, char_end=c1,
                 page_start=page_start, page_end=page_end, line_start=line_start, line_end=line_end,
                 surprise_mean=float(s.mean()), surprise_max=float(s.max()), text=doc.text[c0:c1],
+                section=doc.section(c0, c1),
             ))
         return events
 

@@ -20,6 +20,7 @@ import numpy as np
 from ..store import DocumentRecord, EventRecord, Store
 
 RRF_K = 60  # the usual reciprocal-rank-fusion constant; it damps the weight of the very first ranks
+BOOST = 1.0  # added to the fused score of a boosted event: more than any fused score (at most 2 / 61) can differ
 
 
 @dataclass
@@ -51,14 +52,25 @@ def retrieve(
     neighbours: int = 1,
     token_budget: int = 3000,
     lexical: bool = True,
+    allowed: set[int] | None = None,
+    boosted: set[int] | None = None,
 ) -> list[RetrievedEvent]:
     """Top-k events by fused similarity, each with +-`neighbours` adjacent events, de-duplicated, in document order,
-    holding at most `token_budget` tokens (the best hit is always kept)."""
+    holding at most `token_budget` tokens (the best hit is always kept).
+
+    `allowed` (a question's chapter, section or page, `--doc`: engine/scope.py) restricts hits and neighbours to
+    those event ids; `boosted` (the code symbols a question names) ranks those events above all others."""
     pool = max(4 * k, 20)
-    rankings = [store.search_dense(query_vector, pool)]
+    rankings = [store.search_dense(query_vector, pool, within=allowed)]
     if lexical:
-        rankings.append(store.search_lexical(question, pool))
-    hits = fuse(rankings)[:k]
+        rankings.append(store.search_lexical(question, pool, within=allowed))
+    fused = fuse(rankings)
+    inside = boosted if allowed is None or boosted is None else boosted & allowed
+    if inside:
+        first = fuse([store.search_dense(query_vector, pool, within=inside)]
+                     + ([store.search_lexical(question, pool, within=inside)] if lexical else []))
+        fused = [(i, s + BOOST) for i, s in first] + [(i, s) for i, s in fused if i not in inside]
+    hits = fused[:k]
     chosen: dict[int, RetrievedEvent] = {}
     docs: dict[int, DocumentRecord] = {}
     used = 0
@@ -75,7 +87,7 @@ def retrieve(
         for d in range(1, neighbours + 1):
             for ordinal in (event.ordinal - d, event.ordinal + d):
                 nb = store.event_at(event.document_id, ordinal) if ordinal >= 0 else None
-                if nb is not None and nb.id not in chosen:
+                if nb is not None and nb.id not in chosen and (allowed is None or nb.id in allowed):
                     group.append(RetrievedEvent(nb, doc, None, None))
         for item in group:
             if item.event.id in chosen:

@@ -78,7 +78,22 @@ class SourceDocument:
     page_starts: list[int] | None
     n_pages: int | None
     n_lines: int | None
+    # PDF outline (bookmarks): (level, title, 0-based page) in reading order; None when the PDF has none.
+    outline: list[tuple[int, str, int]] | None = None
     _line_starts: list[int] | None = field(default=None, init=False, repr=False, compare=False)
+    _sections: list | None = field(default=None, init=False, repr=False, compare=False)
+
+    def section(self, char_start: int, char_end: int) -> str | None:
+        """Where [char_start, char_end) sits in the document's structure, as stored in events.section (JSON; None
+        when the document shows no structure there). See engine/structure.py."""
+        from . import structure
+
+        if self._sections is None:
+            try:
+                self._sections = structure.extract(self)
+            except Exception:  # noqa: BLE001 - structure is an extra: a parser's surprise must not fail an ingest
+                self._sections = []
+        return structure.encode(structure.event_section(self._sections, char_start, char_end, self.text))
 
     def locate(self, char_start: int, char_end: int) -> tuple[int | None, int | None, int | None, int | None]:
         """(page_start, page_end, line_start, line_end), 1-based inclusive, for the span [char_start, char_end)."""
@@ -347,7 +362,32 @@ def _short(exc: Exception) -> str:
     return msg if len(msg) <= 120 else msg[:117] + "..."
 
 
-def _read_pdf(data: bytes, shown: str, path: Path) -> tuple[str, list[int]]:
+def _pdf_outline(reader) -> list[tuple[int, str, int]]:
+    """The outline's entries as (level, title, 0-based page), nesting depth from 1; [] when it has none or pypdf
+    cannot read it (a damaged outline must not fail the document)."""
+    found: list[tuple[int, str, int]] = []
+
+    def walk(items, level: int) -> None:
+        for item in items:
+            if isinstance(item, list):
+                walk(item, level + 1)
+                continue
+            try:
+                page = reader.get_destination_page_number(item)
+                title = str(item.title or "").strip()
+            except Exception:  # noqa: BLE001 - pypdf raises many types on odd outlines
+                continue
+            if page is not None and page >= 0 and title:
+                found.append((level, title, page))
+
+    try:
+        walk(reader.outline, 1)
+    except Exception:  # noqa: BLE001
+        return []
+    return found
+
+
+def _read_pdf(data: bytes, shown: str, path: Path) -> tuple[str, list[int], list[tuple[int, str, int]]]:
     # Imported lazily: only PDF ingestion pays pypdf's import cost.
     from pypdf import PdfReader
     from pypdf.errors import DependencyError
@@ -395,7 +435,7 @@ def _read_pdf(data: bytes, shown: str, path: Path) -> tuple[str, list[int]]:
     for t in texts:
         starts.append(offset)
         offset += len(t) + 2  # the "\n\n" separator
-    return "\n\n".join(texts), starts
+    return "\n\n".join(texts), starts, _pdf_outline(reader)
 
 
 def _decode_text(data: bytes, shown: str, path: Path) -> str:
@@ -442,8 +482,8 @@ def load_document(path: Path, display_path: str | None = None) -> SourceDocument
     resolved = path.resolve()
 
     if path.suffix.lower() == PDF_EXT or b"%PDF-" in data[:1024]:
-        text, starts = _read_pdf(data, shown, path)
-        return SourceDocument(resolved, shown, "pdf", text, sha, starts, len(starts), None)
+        text, starts, outline = _read_pdf(data, shown, path)
+        return SourceDocument(resolved, shown, "pdf", text, sha, starts, len(starts), None, outline or None)
 
     text = _decode_text(data, shown, path)
     # Newlines normalised before anything counts lines, so line numbers match an editor's.

@@ -22,6 +22,11 @@ from .llama_backend import LlamaModel
 from .models import PreparedModel, prepare_model
 from .paths import cache_dir, store_path
 from .retrieve import RetrievedEvent, relevance_order, retrieve
+from .scope import Restriction
+from .scope import parse as parse_scope
+from .scope import resolve as resolve_scope
+from .structure import decode as decode_section
+from .structure import describe as describe_section
 from .segment import SegmentParams
 
 MODES = ("text", "kv")
@@ -36,17 +41,21 @@ class AskResult:
     mode: str
     retrieved: list[RetrievedEvent]
     answer: Answer
+    scope: Restriction | None = None  # the chapter/section/page/file/--doc the question was restricted to
 
     def as_json(self) -> dict:
         return {
             "answer": self.answer.text.strip(),
             "mode": self.mode,
             "sources": [
-                {"document": r.document.display_path, "page": r.event.page_start, "line_start": r.event.line_start,
-                 "line_end": r.event.line_end, "event_id": r.event.id,
+                {"document": r.document.display_path, "page": r.event.page_start, "page_end": r.event.page_end,
+                 "line_start": r.event.line_start, "line_end": r.event.line_end,
+                 "section": describe_section(decode_section(r.event.section)), "event_id": r.event.id,
                  "score": None if r.score is None else round(r.score, 6), "text": r.event.text}
                 for r in self.retrieved
             ],
+            "scope": None if self.scope is None else {"restricted_to": self.scope.described,
+                                                      "notes": self.scope.notes},
             "retrieved_tokens": sum(r.n_tokens for r in self.retrieved),
             # kv mode: how many retrieved tokens came from stored blocks and how many were prefilled from text
             "kv_loaded_tokens": self.answer.kv_loaded_tokens if self.mode == "kv" else None,
@@ -139,12 +148,21 @@ class Workspace:
             self._answerers[mode].session.warm_up()
         return self._answerers[mode]
 
-    def retrieve(self, store: Store, question: str, k: int, neighbours: int = 1) -> list[RetrievedEvent]:
+    def scope(self, store: Store, question: str, docs: list[str] | None = None) -> Restriction:
+        """The part of the archive `question` names (chapter, section, page, file, code symbol) and `docs` globs
+        allow (engine/scope.py)."""
+        return resolve_scope(store, parse_scope(question), docs)
+
+    def retrieve(self, store: Store, question: str, k: int, neighbours: int = 1, docs: list[str] | None = None,
+                 scope: Restriction | None = None) -> list[RetrievedEvent]:
         if k < 1:
             raise EpiError("-k must be at least 1")
-        query = self.embedder.embed_query(question)
+        scope = scope or self.scope(store, question, docs)
+        text = scope.query or question  # inside "chapter 3", search for the rest of the question
+        query = self.embedder.embed_query(text)
         budget = min(EVIDENCE_BUDGET, self.answer_context - ANSWER_TOKENS - 768)
-        return retrieve(store, query, question, k, neighbours, token_budget=budget)
+        return retrieve(store, query, text, k, neighbours, token_budget=budget, allowed=scope.allowed,
+                        boosted=scope.boosted)
 
     def ask(
         self,
@@ -156,21 +174,24 @@ class Workspace:
         neighbours: int = 1,
         should_stop: Callable[[], bool] | None = None,
         epman: bool = False,
+        docs: list[str] | None = None,
     ) -> tuple[AskResult, Iterator[str]]:
         """Retrieve now; return the result (filled in as the stream is consumed) and the answer stream.
-        `epman` scales each block's V rows by its episodic weight in [0.9, 1.0] (kv mode only)."""
+        `epman` scales each block's V rows by its episodic weight in [0.9, 1.0] (kv mode only); `docs` (globs on
+        the documents' paths, `--doc`) restricts retrieval to the documents they match."""
         if mode is not None and mode not in MODES:
             raise EpiError(f"unknown mode {mode!r}: use text or kv")
         if not question.strip():
             raise EpiError("the question is empty")
         started = time.perf_counter()
-        retrieved = relevance_order(self.retrieve(store, question, k, neighbours))  # the order the model reads
+        scope = self.scope(store, question, docs)
+        retrieved = relevance_order(self.retrieve(store, question, k, neighbours, scope=scope))  # the order read
         mode = mode or self.default_mode(store)
         if epman and mode != "kv":
             raise EpiError("--epman weights KV blocks, so it needs kv mode (a store ingested with KV blocks)")
         answer = Answer()
         answer.timings.retrieve_s = time.perf_counter() - started
-        result = AskResult(question, mode, retrieved, answer)
+        result = AskResult(question, mode, retrieved, answer, scope)
         answerer = self.answerer(mode, store)
         weights = episodic_weights(retrieved) if epman else None
         stream = answerer.stream(question, retrieved, history, started, answer, should_stop=should_stop,

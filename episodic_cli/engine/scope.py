@@ -1,0 +1,265 @@
+"""What part of the archive a question is about: the chapter, section, page, file or code symbol it names, and the
+documents `--doc GLOB` allows.
+
+`parse(question)` reads the question ("in chapter 3", "chapter three", "the third chapter", "ch. III", "in section
+2.4", "§2.4", "on page 12", "pages 3-5", "in utils.py", "what does Cache.get return", "the parse_args() function");
+`resolve(store, scope, doc_globs)` turns that into event ids:
+
+- documents (`--doc` and file names in the question) and chapters, sections, pages are a *filter*: retrieval
+  searches only their events. A name that matches nothing in the archive is dropped (with a note saying so), so a
+  question about "chapter 9" of a book with 8 is answered from the whole archive rather than from nothing;
+- code symbols are a strong *boost*: their events rank first, the rest of the archive still follows (a question
+  about what a function returns may be answered by its caller or its documentation).
+
+Plain engine module: no terminal output.
+"""
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from dataclasses import dataclass, field
+
+from ..store import Store
+from ..store.episodic_store import STOP_WORDS
+from .errors import EpiError
+from .sources import CODE_EXTS, PDF_EXT, TEXT_EXTS
+from .structure import CODE_KINDS, NUMBER_ALT, _ORDINAL_WORDS, all_paths, decode, number_value
+
+_ORDINALS = "|".join(_ORDINAL_WORDS[1:]) + r"|\d{1,3}(?:st|nd|rd|th)"
+_CHAPTER_RE = re.compile(rf"\b(?:chapters?|chap\.|ch\.)\s*(?P<num>{NUMBER_ALT})\b"
+                         rf"|\b(?:the\s+)?(?P<ord>{_ORDINALS})\s+chapter\b", re.I)
+_PART_RE = re.compile(rf"\b(?:part|book)\s+(?P<num>{NUMBER_ALT})\b", re.I)
+_APPENDIX_RE = re.compile(rf"\bappendix\s+(?P<num>{NUMBER_ALT}|[A-Z])\b", re.I)
+_SECTION_RE = re.compile(r"(?:\b(?:sections?|sect\.|sec\.)\s*|§\s*)(?P<num>\d{1,3}(?:\.\d{1,3})*)\b"
+                         rf"|\bsections?\s+(?P<word>{'|'.join(w for w in NUMBER_ALT.split('|')[2:])})\b", re.I)
+_PAGE_RE = re.compile(r"\b(?:pages?|pp?\.)\s*(?P<a>\d{1,5}|" + "|".join(NUMBER_ALT.split("|")[2:]) + r")\b"
+                      r"(?:\s*(?:-|–|to|through|and)\s*(?P<b>\d{1,5})\b)?", re.I)
+_EXTS = sorted({e.lstrip(".") for e in CODE_EXTS | TEXT_EXTS | {PDF_EXT}}, key=len, reverse=True)
+_FILE_RE = re.compile(r"(?<![\w/.-])(?P<file>[\w./-]*[\w-]\.(?:" + "|".join(_EXTS) + r"))(?![\w])", re.I)
+_DOTTED_RE = re.compile(r"\b(?P<sym>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)(?P<call>\(\))?")
+_CALL_RE = re.compile(r"\b(?P<sym>[A-Za-z_]\w*)\(\)")
+_KEYWORD_RE = re.compile(r"\b(?:class|function|method|def|struct|func|fn|trait|interface|enum)\s+`?(?P<sym>[A-Za-z_]\w*)")
+_KEYWORD_AFTER_RE = re.compile(r"`?\b(?P<sym>[A-Za-z_]\w*)`?\s+(?:class|function|method|struct)\b")
+# Identifiers by their shape: snake_case with an underscore inside, or camelCase / CamelCase with an inner capital.
+_IDENT_RE = re.compile(r"\b(?P<sym>[a-z]\w*_\w*[a-z0-9]|[a-z]+[A-Z]\w*|[A-Z][a-z0-9]+[A-Z]\w*)\b")
+_NOT_SYMBOLS = frozenset("e.g i.e etc.al vs".split())
+
+
+@dataclass
+class Scope:
+    chapters: list[str] = field(default_factory=list)    # compared values: "3", "a"
+    parts: list[str] = field(default_factory=list)
+    appendices: list[str] = field(default_factory=list)
+    sections: list[str] = field(default_factory=list)    # "2.4"
+    pages: list[tuple[int, int]] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)        # "utils.py", "src/util.py"
+    symbols: list[list[str]] = field(default_factory=list)  # ["Cache", "get"]
+    rest: str = ""  # the question without its chapter/section/page phrases (what retrieval searches for inside them)
+
+    @property
+    def structural(self) -> bool:
+        return bool(self.chapters or self.parts or self.appendices or self.sections or self.pages)
+
+
+def parse(question: str) -> Scope:
+    scope = Scope()
+    spans: list[tuple[int, int]] = []
+
+    def take(m: re.Match) -> None:
+        spans.append(m.span())
+
+    for m in _CHAPTER_RE.finditer(question):
+        value = number_value(m.group("num") or m.group("ord"))
+        if value is not None and value.isdigit():
+            _add(scope.chapters, value)
+            take(m)
+    for m in _PART_RE.finditer(question):
+        value = number_value(m.group("num"))
+        if value is not None and value.isdigit():
+            _add(scope.parts, value)
+            take(m)
+    for m in _APPENDIX_RE.finditer(question):
+        value = number_value(m.group("num"))
+        if value is not None:
+            _add(scope.appendices, value)
+            take(m)
+    for m in _SECTION_RE.finditer(question):
+        value = number_value(m.group("num") or m.group("word"))
+        if value is not None:
+            _add(scope.sections, value)
+            take(m)
+    for m in _PAGE_RE.finditer(question):
+        a = number_value(m.group("a"))
+        if a is None or not a.isdigit():
+            continue
+        b = int(m.group("b")) if m.group("b") else int(a)
+        if int(a) <= b <= int(a) + 200:
+            scope.pages.append((int(a), b))
+            take(m)
+    files = set()
+    for m in _FILE_RE.finditer(question):
+        _add(scope.files, m.group("file"))
+        files.add(m.span())
+    for m in _DOTTED_RE.finditer(question):
+        if any(a <= m.start() < b for a, b in files) or m.group("sym").lower() in _NOT_SYMBOLS:
+            continue
+        _add(scope.symbols, m.group("sym").split("."))
+    for regex in (_CALL_RE, _KEYWORD_RE, _KEYWORD_AFTER_RE, _IDENT_RE):
+        for m in regex.finditer(question):
+            name = m.group("sym")
+            if name and name not in CODE_KINDS and name.lower() not in STOP_WORDS \
+                    and not any(a <= m.start() < b for a, b in files) \
+                    and not any(name in s for s in scope.symbols):
+                _add(scope.symbols, [name])
+    rest = question
+    for a, b in sorted(spans, reverse=True):
+        before = re.search(r"\b(?:in|on|of|from|at)\s+(?:the\s+)?$", rest[:a], re.I)  # "in chapter 3" goes whole
+        rest = rest[:before.start() if before else a] + " " + rest[b:]
+    scope.rest = " ".join(rest.split())
+    return scope
+
+
+def names_a_place(question: str) -> bool:
+    """Whether the question names a chapter, section, page, file or code symbol of its own."""
+    scope = parse(question)
+    return scope.structural or bool(scope.files or scope.symbols)
+
+
+def _add(items: list, value) -> None:
+    if value not in items:
+        items.append(value)
+
+
+# ------------------------------------------------------------------------------------------------ resolving
+
+
+@dataclass
+class Restriction:
+    """Event ids retrieval may return (None: all) and event ids it ranks first (None: none), with notes for the
+    user on scope words that matched nothing in the archive."""
+
+    allowed: set[int] | None = None
+    boosted: set[int] | None = None
+    query: str | None = None      # what to search for inside a structural scope (None: the question)
+    notes: list[str] = field(default_factory=list)
+    described: str | None = None  # "ch. 3", "§2.4", "p. 12", "util.py": what the answer was restricted to
+
+
+def documents_matching(store: Store, globs: list[str]) -> dict[int, str]:
+    """id -> display path of the documents a glob matches: the whole display path, its file name, or the end of its
+    path ("src/*.py" matches "project/src/a.py"); a plain name matches that file in any folder."""
+    out = {}
+    for doc in store.documents():
+        shown = doc.display_path
+        for g in globs:
+            g = g.strip()
+            if not g:
+                continue
+            if (fnmatch.fnmatchcase(shown, g) or fnmatch.fnmatchcase(os.path.basename(shown), g)
+                    or fnmatch.fnmatchcase(shown, "*/" + g) or fnmatch.fnmatchcase(doc.path, g)):
+                out[doc.id] = shown
+                break
+    return out
+
+
+def resolve(store: Store, scope: Scope, doc_globs: list[str] | None = None) -> Restriction:
+    out = Restriction()
+    docs: dict[int, str] | None = None
+    if doc_globs:
+        docs = documents_matching(store, doc_globs)
+        if not docs:
+            raise EpiError(f"--doc {' '.join(doc_globs)} matches no document in the store; `epi ls` lists them")
+    if scope.files:
+        named = documents_matching(store, scope.files)
+        if docs is not None:
+            named = {i: p for i, p in named.items() if i in docs}
+        if named:
+            docs = named
+            out.described = ", ".join(sorted(set(named.values()))[:3])
+    if not (scope.structural or scope.symbols):
+        if docs is not None:
+            out.allowed = {row[0] for row in store.event_places(list(docs))}
+        return out
+    places = store.event_places(None if docs is None else list(docs))
+    allowed = {row[0] for row in places} if docs is not None else None
+    # Within one kind the values add up ("chapters 3 and 4"); across kinds they narrow ("page 12 of chapter 3"),
+    # unless nothing is left, then they add up too.
+    kinds: list[set[int]] = []
+    labels = []
+    for values, test, label in (
+        (scope.parts, _numbered_node("part"), "part {}"),
+        (scope.chapters, _chapter_node, "ch. {}"),
+        (scope.appendices, _numbered_node("appendix"), "appendix {}"),
+        (scope.sections, _section_node, "\u00a7{}"),
+    ):
+        found: set[int] = set()
+        for value in values:
+            ids = _matching(places, lambda paths, v=value, t=test: any(t(n, v) for p in paths for n in p))
+            if not ids and test is _chapter_node:  # no "Chapter N" heading: a top-level "N Title" or "N.x" sections
+                ids = _matching(places, lambda paths, v=value: any(
+                    n[0] not in CODE_KINDS and _section_node(n, v) for p in paths for n in p[:2]))
+            if ids:
+                found |= ids
+                labels.append(label.format(value))
+            else:
+                out.notes.append(f"no {label.format(value)} found in the archive; searching everything")
+        if found:
+            kinds.append(found)
+    pages: set[int] = set()
+    for a, b in scope.pages:
+        ids = {row[0] for row in places if row[3] is not None and row[3] <= b and (row[4] or row[3]) >= a}
+        if ids:
+            pages |= ids
+            labels.append(f"p. {a}" if a == b else f"pp. {a}-{b}")
+        else:
+            out.notes.append(f"no page {a if a == b else f'{a}-{b}'} in the archive; searching everything")
+    if pages:
+        kinds.append(pages)
+    if kinds:
+        structural = set.intersection(*kinds) or set.union(*kinds)
+        allowed = structural if allowed is None else structural & allowed
+        out.query = scope.rest if re.search(r"\w", scope.rest) else None
+        out.described = ", ".join(x for x in (out.described, *labels) if x)
+    out.allowed = allowed
+    if scope.symbols:
+        boosted = _matching(places, lambda paths: any(_has_symbol(p, s) for p in paths for s in scope.symbols))
+        out.boosted = boosted or None
+    return out
+
+
+def _matching(places: list[tuple], test) -> set[int]:
+    ids = set()
+    for row in places:
+        paths = all_paths(decode(row[7]))
+        if paths and test(paths):
+            ids.add(row[0])
+    return ids
+
+
+def _numbered_node(kind: str):
+    return lambda node, value: node[0] == kind and number_value(node[1]) == value
+
+
+def _chapter_node(node: list, value: str) -> bool:
+    return node[0] == "chapter" and number_value(node[1]) == value
+
+
+def _section_node(node: list, value: str) -> bool:
+    """Section 2.4 is the heading numbered 2.4 and everything under it (2.4.1 ...)."""
+    number = number_value(node[1])
+    return number is not None and (number == value or number.startswith(value + "."))
+
+
+def _has_symbol(path: list, symbol: list[str]) -> bool:
+    """`Cache.get` names a definition `get` directly inside `Cache`; a leading module name (util.Cache.get) may be
+    left out of the path."""
+    names = [n[2] for n in path if n[0] in CODE_KINDS]
+    for start in range(len(symbol)):
+        want = symbol[start:]
+        for i in range(len(names) - len(want) + 1):
+            if names[i:i + len(want)] == want:
+                return True
+        if len(want) <= 2 or start >= 1:  # drop at most one leading (module) name, and never down to a bare name
+            break
+    return False

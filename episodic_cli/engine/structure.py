@@ -1,0 +1,468 @@
+"""Where a piece of a document sits in its structure: chapters, sections and headings of prose, and the classes and
+functions that enclose a piece of code.
+
+`extract(doc)` finds the document's sections as character ranges: PDF outline entries (pypdf, read by
+sources._read_pdf) placed where their title appears on the page, headings detected on PDF pages when there is no
+outline, Markdown (ATX and setext) and reST (adorned titles) headings, plain-text headings ("CHAPTER III",
+"Chapter 3: Title", "3. Title", "2.4 Title", underlined titles), Python classes and functions (the `ast` module) and,
+for other languages, a regex over definition lines with an indentation-based end. `event_section(sections, c0, c1)`
+is what an event stores (events.section, docs/store-format.md): the path of sections that covers most of it and the
+other paths it touches; `describe` turns that into the citation's words (`ch. 3 "The Betrayal"`,
+`class Cache, def get`).
+
+A node is [kind, number, title]: kind "part", "chapter", "appendix", "section" (a numbered or plain heading) or a
+code keyword ("class", "def", "function", "fn", ...); number as written in the document ("III", "02.1") or None.
+Plain engine module: no terminal output, no llama.cpp.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import re
+from dataclasses import dataclass
+
+CODE_KINDS = frozenset("class def function func fn method struct enum trait impl interface module object sub".split())
+PROSE_KINDS = ("part", "chapter", "appendix", "section")
+TITLE_MAX = 80          # longer "headings" are sentences
+DISPLAY_TITLE_MAX = 48  # citations cut longer titles
+
+_NUMBER_WORDS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+                 "sixteen seventeen eighteen nineteen twenty").split()
+_ORDINAL_WORDS = ("zeroth first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth "
+                  "thirteenth fourteenth fifteenth sixteenth seventeenth eighteenth nineteenth twentieth").split()
+_ROMAN_RE = re.compile(r"(?=[ivxlcdm])m{0,3}(cm|cd|d?c{0,3})(xc|xl|l?x{0,3})(ix|iv|v?i{0,3})", re.I)
+_ROMAN_VALUES = {"i": 1, "v": 5, "x": 10, "l": 50, "c": 100, "d": 500, "m": 1000}
+NUMBER_ALT = r"\d{1,4}|[ivxlcdm]{1,8}|" + "|".join(_NUMBER_WORDS[1:])
+
+_CHAPTER_RE = re.compile(
+    rf"^(?P<kind>chapter|chap\.|part|book|appendix)\s+(?P<num>{NUMBER_ALT}|[a-z])\b\.?\s*(?:[:.\-\u2013\u2014]\s*)?"
+    r"(?P<title>.*)$", re.I)
+_NUMBERED_RE = re.compile(r"^\*?(?P<num>\d{1,3}(?:\.\d{1,3})*)(?:\*|\.)?[ \t]+(?P<title>\S.*)$")
+_MD_ATX_RE = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t]*#*[ \t]*$")
+_FENCE_RE = re.compile(r"^[ \t]{0,3}(```|~~~)")
+_ADORNMENT_RE = re.compile(r"^([=\-~^*+#`:'\"_.])\1{2,}[ \t]*$")
+
+
+def roman_to_int(text: str) -> int | None:
+    t = text.lower()
+    if not t or not _ROMAN_RE.fullmatch(t):
+        return None
+    total = 0
+    for a, b in zip(t, t[1:] + " "):
+        v = _ROMAN_VALUES[a]
+        total += -v if b != " " and _ROMAN_VALUES[b] > v else v
+    return total
+
+
+def number_value(text: str | None) -> str | None:
+    """A chapter or section number as compared: "III" -> "3", "three" -> "3", "02.1" -> "2.1", "A" -> "a"."""
+    if text is None:
+        return None
+    t = text.strip().strip("*.").lower()
+    if not t:
+        return None
+    if re.fullmatch(r"\d+(?:\.\d+)*", t):
+        return ".".join(str(int(p)) for p in t.split("."))
+    if t in _NUMBER_WORDS:
+        return str(_NUMBER_WORDS.index(t))
+    if t in _ORDINAL_WORDS:
+        return str(_ORDINAL_WORDS.index(t))
+    m = re.fullmatch(r"(\d+)(?:st|nd|rd|th)", t)
+    if m:
+        return str(int(m.group(1)))
+    roman = roman_to_int(t)
+    if roman is not None:
+        return str(roman)
+    return t if re.fullmatch(r"[a-z]", t) else None
+
+
+@dataclass
+class Section:
+    start: int   # character range [start, end) of the document
+    end: int
+    level: int   # nesting depth: a section ends where the next one of the same or a lower level begins
+    kind: str
+    number: str | None
+    title: str
+
+    @property
+    def node(self) -> list:
+        return [self.kind, self.number, self.title]
+
+
+# ------------------------------------------------------------------------------------------------ headings
+
+
+def parse_heading(text: str, strict: bool) -> tuple[str, str | None, str] | None:
+    """(kind, number, title) of a heading line. strict (plain text and PDF pages): only chapter-like or numbered
+    lines that read like titles; lenient (Markdown, reST, PDF outline): any text, numbered or not."""
+    line = " ".join(text.split())
+    if not line or len(line) > TITLE_MAX + 20:
+        return None
+    m = _CHAPTER_RE.match(line)
+    if m:
+        kind = m.group("kind").lower().rstrip(".")
+        kind = {"chap": "chapter", "book": "part"}.get(kind, kind)
+        title = m.group("title").strip()
+        if strict and (len(title) > TITLE_MAX or title.endswith((",", ";")) or _sentence_like(title)):
+            return None
+        if kind == "appendix" or number_value(m.group("num")) is not None:
+            return kind, m.group("num"), title
+    m = _NUMBERED_RE.match(line)
+    if m:
+        title = m.group("title").strip()
+        if not strict or _title_like(title):
+            return "section", m.group("num").strip("*"), title
+        return None
+    if strict:
+        return None
+    return "section", None, line
+
+
+def _sentence_like(title: str) -> bool:
+    return len(title.split()) > 12 or bool(re.search(r"[.!?]\s+\S", title))
+
+
+def _title_like(title: str) -> bool:
+    """A numbered line that is a heading, not an item of a numbered list: short, capitalised, no sentence end."""
+    words = title.split()
+    return (0 < len(words) <= 10 and len(title) <= TITLE_MAX and title[0].isupper()
+            and not title.endswith((".", ",", ";", ":")) and not _sentence_like(title))
+
+
+def _line_spans(text: str) -> list[tuple[int, str]]:
+    out, pos = [], 0
+    for line in text.split("\n"):
+        out.append((pos, line))
+        pos += len(line) + 1
+    return out
+
+
+def _ranges(heads: list[tuple[int, int, str, str | None, str]], size: int) -> list[Section]:
+    """Headings (offset, level, kind, number, title) -> sections: each runs to the next heading of the same or a
+    lower level, or to the end of the document."""
+    heads = sorted(heads, key=lambda h: (h[0], h[1]))
+    out = []
+    for i, (start, level, kind, number, title) in enumerate(heads):
+        end = next((h[0] for h in heads[i + 1:] if h[1] <= level and h[0] > start), size)
+        out.append(Section(start, end, level, kind, number, title))
+    return out
+
+
+def _prose_level(kind: str, number: str | None, chapters: bool) -> int:
+    if kind == "part":
+        return 0
+    if kind in ("chapter", "appendix"):
+        return 1
+    depth = len(number.split(".")) if number else 1
+    return depth + (1 if chapters else 0)
+
+
+def text_headings(text: str, page_lines: bool = False) -> list[Section]:
+    """Plain text: chapter/part lines ("CHAPTER III", "Chapter 3: Title"; a bare "CHAPTER III" takes the next short
+    line as its title), numbered headings set off by a blank line ("3. Title", "2.4 Title", Vim's "*02.1*  Title"),
+    and titles underlined with a row of = - ~ ... . `page_lines` (PDF pages, where extraction keeps no blank lines):
+    numbered headings need two levels ("2.4 Title") unless they open a page."""
+    lines = _line_spans(text)
+    found: list[tuple[int, str, str | None, str, int]] = []  # offset, kind, number, title, adornment level or -1
+    styles: list[str] = []
+    for i, (pos, line) in enumerate(lines):
+        stripped = line.strip()
+        if not stripped or len(stripped) > TITLE_MAX + 20:
+            continue
+        prev_blank = i == 0 or not lines[i - 1][1].strip() or bool(_ADORNMENT_RE.match(lines[i - 1][1].strip()))
+        nxt = lines[i + 1][1].strip() if i + 1 < len(lines) else ""
+        head = parse_heading(stripped, strict=True)
+        if head is not None and head[0] != "section":
+            kind, number, title = head
+            # A bare "CHAPTER III" takes its title from the next non-blank line (within two) when that reads like one.
+            below = next((ln.strip() for _, ln in lines[i + 1:i + 3] if ln.strip()), "")
+            if not title and below and len(below) <= TITLE_MAX and not _sentence_like(below) \
+                    and not below.endswith((".", ",", ";")) and parse_heading(below, strict=True) is None:
+                title = below
+            found.append((pos + line.index(stripped[0]), kind, number, title, -1))
+            continue
+        if head is not None:
+            opens_page = page_lines and (i == 0 or not lines[i - 1][1].strip())
+            ok = (len(head[1].split(".")) >= 2 or opens_page) if page_lines else prev_blank
+            if ok and line[:1] not in (" ", "\t"):
+                found.append((pos, *head, -1))
+            continue
+        if (not page_lines and _ADORNMENT_RE.match(nxt) and line[:1] not in (" ", "\t")
+                and 0.6 * len(stripped) <= len(nxt) <= 1.5 * len(stripped) + 2 and not _sentence_like(stripped)
+                and not _ADORNMENT_RE.match(stripped)):
+            if nxt[0] not in styles:
+                styles.append(nxt[0])
+            found.append((pos, "section", None, stripped, styles.index(nxt[0])))
+    chapters = any(f[1] in ("chapter", "appendix") for f in found)
+    heads = []
+    for pos, kind, number, title, style in found:
+        level = _prose_level(kind, number, chapters) if style < 0 else style + 1 + (1 if chapters else 0)
+        heads.append((pos, level, kind, number, title))
+    return _ranges(heads, len(text))
+
+
+def markdown_headings(text: str) -> list[Section]:
+    """ATX (# Title) and setext (Title / ===) headings outside fenced code blocks; the level is the #s."""
+    lines = _line_spans(text)
+    heads, fenced = [], None
+    for i, (pos, line) in enumerate(lines):
+        fence = _FENCE_RE.match(line)
+        if fence:
+            fenced = None if fenced == fence.group(1) else (fenced or fence.group(1))
+            continue
+        if fenced:
+            continue
+        m = _MD_ATX_RE.match(line)
+        nxt = lines[i + 1][1].strip() if i + 1 < len(lines) else ""
+        if m:
+            kind, number, title = parse_heading(m.group(2), strict=False) or ("section", None, m.group(2))
+            heads.append((pos, len(m.group(1)), kind, number, title))
+        elif line.strip() and line[:1] not in (" ", "\t") and re.fullmatch(r"=+|-+", nxt) and len(nxt) >= 2 \
+                and not _ADORNMENT_RE.match(line.strip()):
+            kind, number, title = parse_heading(line, strict=False) or ("section", None, line.strip())
+            heads.append((pos, 1 if nxt[0] == "=" else 2, kind, number, title))
+    return _ranges(heads, len(text))
+
+
+def rst_headings(text: str) -> list[Section]:
+    """reST section titles: a line underlined (and maybe overlined) by punctuation at least as long as it; levels
+    follow the order in which the adornment styles first appear, as docutils does."""
+    lines = _line_spans(text)
+    heads, styles = [], []
+    i = 0
+    while i < len(lines):
+        pos, line = lines[i]
+        nxt = lines[i + 1][1].rstrip() if i + 1 < len(lines) else ""
+        over = _ADORNMENT_RE.match(line.strip()) is not None and line[:1] not in (" ", "\t")
+        if over and i + 2 < len(lines) and lines[i + 1][1].strip() and lines[i + 2][1].strip() == line.strip():
+            title, style, at, step = lines[i + 1][1].strip(), "o" + line.strip()[0], lines[i + 1][0], 3
+        elif (line.strip() and line[:1] not in (" ", "\t") and not over and _ADORNMENT_RE.match(nxt)
+              and len(nxt.strip()) >= len(line.strip())):
+            title, style, at, step = line.strip(), nxt.strip()[0], pos, 2
+        else:
+            i += 1
+            continue
+        if style not in styles:
+            styles.append(style)
+        kind, number, title = parse_heading(title, strict=False) or ("section", None, title)
+        heads.append((at, styles.index(style) + 1, kind, number, title))
+        i += step
+    return _ranges(heads, len(text))
+
+
+def outline_sections(text: str, page_starts: list[int], outline: list[tuple[int, str, int]]) -> list[Section]:
+    """PDF outline entries (level, title, 0-based page) placed where their title's words appear on that page (the
+    page's start when they do not)."""
+    heads = []
+    for level, title, page in outline:
+        if not 0 <= page < len(page_starts):
+            continue
+        start = page_starts[page]
+        end = page_starts[page + 1] if page + 1 < len(page_starts) else len(text)
+        words = re.findall(r"\w+", title)
+        at, before = start, ""
+        if words:
+            m = re.search(r"\W+".join(map(re.escape, words)), text[start:end], re.I)
+            if m:
+                at = start + m.start()
+                before = text[text.rfind("\n", start, at) + 1:at]
+        kind, number, name = parse_heading(title, strict=False) or ("section", None, title.strip())
+        numbered = re.fullmatch(r"[ \t]*(\d{1,3}(?:\.\d{1,3})*)\.?[ \t]+", before)
+        if number is None and kind == "section" and numbered:  # "2.1 ASN.1 syntax" on the page, "ASN.1 syntax" in the outline
+            number, at = numbered.group(1), at - len(before)
+        heads.append((at, level, kind, number, name))
+    return _ranges(heads, len(text))
+
+
+# ------------------------------------------------------------------------------------------------ code
+
+
+def _line_offsets(text: str) -> list[int]:
+    return [0] + [m.end() for m in re.finditer("\n", text)]
+
+
+def python_symbols(text: str) -> list[Section] | None:
+    """Classes and functions (with their decorators) from Python's own parser; None when it cannot parse."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+    starts = _line_offsets(text)
+    out: list[Section] = []
+
+    def offset(line: int) -> int:
+        return starts[min(max(line, 1), len(starts)) - 1]
+
+    def walk(node: ast.AST, depth: int) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                first = min([child.lineno] + [d.lineno for d in child.decorator_list])
+                last = getattr(child, "end_lineno", None) or child.lineno
+                end = starts[last] if last < len(starts) else len(text)
+                kind = "class" if isinstance(child, ast.ClassDef) else "def"
+                out.append(Section(offset(first), end, depth, kind, None, child.name))
+                walk(child, depth + 1)
+            else:
+                walk(child, depth)
+
+    walk(tree, 1)
+    return out
+
+
+_KEYWORDS = frozenset("if else elif for while switch case return catch try do new delete sizeof throw".split())
+_DEF_RES = [
+    re.compile(r"^(?P<ind>[ \t]*)(?:(?:export|default|pub(?:\([\w:]+\))?|public|private|protected|internal|static|"
+               r"abstract|final|async|unsafe|extern|inline|virtual|override|open|data|sealed)\s+)*"
+               r"(?P<kind>class|interface|struct|enum|trait|impl|module|object|def|fn|func|function|sub)\s+"
+               r"(?:\([^)]*\)\s*)?(?P<name>[A-Za-z_$][\w$]*)"),
+    re.compile(r"^(?P<ind>[ \t]*)(?:export\s+)?(?:const|let|var)\s+(?P<name>[A-Za-z_$][\w$]*)\s*=\s*(?:async\s+)?"
+               r"(?:function\b|\([^)]*\)\s*=>|[A-Za-z_$][\w$]*\s*=>)"),
+    re.compile(r"^(?P<ind>[ \t]*)(?:[\w:<>\[\],*&]+[ \t]+)+\**(?P<name>[A-Za-z_]\w*)\s*\([^;{}]*\)\s*"
+               r"(?:const\s*)?(?:throws\s+[\w., ]+)?\s*\{?\s*$"),
+]
+_CLOSER_RE = re.compile(r"^[ \t]*(?:[}\])]|end\b|\{)")
+
+
+def regex_symbols(text: str) -> list[Section]:
+    """Definition lines of common languages; a definition ends before the next non-blank line indented no deeper
+    (a closing brace or `end` at its own indentation still belongs to it)."""
+    lines = _line_spans(text)
+    out: list[Section] = []
+    open_: list[tuple[int, int, str, str, int]] = []  # indent, start, kind, name, depth
+
+    def indent(line: str) -> int:
+        return len(line.expandtabs(4)) - len(line.expandtabs(4).lstrip())
+
+    def close(upto: int, pos: int) -> None:
+        while open_ and open_[-1][0] >= upto:
+            ind, start, kind, name, depth = open_.pop()
+            out.append(Section(start, pos, depth, kind, None, name))
+
+    for pos, line in lines:
+        if not line.strip():
+            continue
+        ind = indent(line)
+        if open_ and ind <= open_[-1][0] and not _CLOSER_RE.match(line):
+            close(ind, pos)
+        for n, pattern in enumerate(_DEF_RES):
+            m = pattern.match(line)
+            if m and m.group("name") not in _KEYWORDS:
+                kind = m.group("kind") if n == 0 else "function"
+                close(ind, pos)
+                open_.append((ind, pos, kind, m.group("name"), len(open_) + 1))
+                break
+    close(-1, len(text))
+    return sorted(out, key=lambda s: (s.start, s.level))
+
+
+# ------------------------------------------------------------------------------------------------ per document
+
+
+def extract(doc) -> list[Section]:
+    """The sections of a sources.SourceDocument (any structure it has; [] when none is found)."""
+    ext = doc.path.suffix.lower()
+    if doc.kind == "pdf":
+        outline = getattr(doc, "outline", None)
+        if outline:
+            return outline_sections(doc.text, doc.page_starts or [0], outline)
+        return text_headings(doc.text, page_lines=True)
+    if doc.kind == "code":
+        if ext in (".py", ".pyi"):
+            found = python_symbols(doc.text)
+            if found is not None:
+                return found
+        return regex_symbols(doc.text)
+    if ext in (".md", ".markdown"):
+        return markdown_headings(doc.text)
+    if ext == ".rst":
+        return rst_headings(doc.text)
+    return text_headings(doc.text)
+
+
+def _path_at(sections: list[Section], x: int) -> list[Section]:
+    return sorted((s for s in sections if s.start <= x < s.end), key=lambda s: (s.level, s.start))
+
+
+def event_section(sections: list[Section], c0: int, c1: int, text: str | None = None) -> dict | None:
+    """{"path": the nodes enclosing most of [c0, c1), outermost first, "also": the other paths the span holds a real
+    part of}, or None when no section encloses any of it. A part counts when it is a fifth of the span or a whole
+    section: an event that ends on the next chapter's heading or a function's first line is not "in" it. `text`
+    (the document's) makes the sizes count non-blank characters."""
+    if not sections or c1 <= c0:
+        return None
+    cuts = sorted({c0, c1} | {x for s in sections for x in (s.start, s.end) if c0 < x < c1})
+    pieces = []
+    for a, b in zip(cuts, cuts[1:]):
+        size = len("".join(text[a:b].split())) if text is not None else b - a
+        pieces.append((size, _path_at(sections, a)))
+    total = sum(size for size, _ in pieces) or 1
+    main = max(pieces, key=lambda p: p[0])[1]  # the longest piece; the first one on a tie
+    paths: list[list] = []
+    for size, path in pieces:
+        if path and path is not main and (size >= 0.2 * total or (c0 <= path[-1].start and path[-1].end <= c1)):
+            nodes = [s.node for s in path]
+            if nodes not in paths:
+                paths.append(nodes)
+    main_nodes = [s.node for s in main]
+    also = [p for p in paths if p != main_nodes]
+    if not main_nodes and not also:
+        return None
+    out: dict = {"path": main_nodes}
+    if also:
+        out["also"] = also
+    return out
+
+
+def encode(section: dict | None) -> str | None:
+    return None if section is None else json.dumps(section, ensure_ascii=False, separators=(",", ":"))
+
+
+def decode(value: str | None) -> dict | None:
+    """events.section as stored (None for events stored before structure was recorded, or a damaged value)."""
+    if not value:
+        return None
+    try:
+        data = json.loads(value)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("path"), list) else None
+
+
+def all_paths(section: dict | None) -> list[list]:
+    if section is None:
+        return []
+    return [p for p in [section.get("path") or [], *(section.get("also") or [])] if p]
+
+
+def _short_title(title: str) -> str:
+    title = " ".join(title.split())
+    return title if len(title) <= DISPLAY_TITLE_MAX else title[: DISPLAY_TITLE_MAX - 1].rstrip() + "\u2026"
+
+
+def describe_node(node: list) -> str:
+    kind, number, title = node
+    if kind in CODE_KINDS:
+        return f"{kind} {title}"
+    quoted = f'"{_short_title(title)}"' if title else ""
+    label = {"chapter": "ch.", "part": "part", "appendix": "appendix", "section": "\u00a7"}.get(kind, kind)
+    if number is None:
+        return quoted or label
+    sep = "" if label == "\u00a7" else " "
+    return f"{label}{sep}{number}" + (f" {quoted}" if quoted else "")
+
+
+def describe(section: dict | None) -> str | None:
+    """The citation's words for an event's place: code shows its whole path (class Cache, def get); prose its outer
+    and inner headings (ch. 3 "The Betrayal", \u00a7 3.2 "At the inn")."""
+    if section is None:
+        return None
+    path = section.get("path") or []
+    if not path:
+        return None
+    if all(n[0] in CODE_KINDS for n in path):
+        shown = path[-3:]
+    else:
+        shown = path if len(path) <= 2 else [path[0], path[-1]]
+    return ", ".join(describe_node(n) for n in shown)
+
