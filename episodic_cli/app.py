@@ -181,12 +181,13 @@ def ask(
     neighbours: Annotated[int, typer.Option(min=0, max=3, help="Adjacent events added around each hit (temporal contiguity).")] = 1,
     epman: EpmanOpt = False,
     doc: DocOpt = None,
+    whole: Annotated[bool, typer.Option("--whole", help="Read the retrieved events whole (kv mode: their stored KV blocks) instead of only the sentences that match the question best.")] = False,
     store: StoreOpt = None,
     model: ModelOpt = None,
     threads: ThreadsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Answer a question from the store, streaming the answer, then list the sources it was given.
+    """Answer a question from the store, streaming the answer, then the quotes that support it and the sources.
 
     A question that names a chapter, section, page, file or code symbol ("in chapter 3", "section 2.4", "on page
     12", "in utils.py", "what does Cache.get return") is answered from that part of the archive.
@@ -203,7 +204,8 @@ def ask(
             ws.check_store(st)
             ws.embedder.load(batches=False)  # before timing starts
             ws.answerer(mode or ws.default_mode(st), st)
-        result, stream = ws.ask(st, question, k=k, mode=mode, neighbours=neighbours, epman=epman, docs=doc)
+        result, stream = ws.ask(st, question, k=k, mode=mode, neighbours=neighbours, epman=epman, docs=doc,
+                                narrow=not whole)
         if not as_json:
             render.scope(result.scope)
         if as_json:
@@ -212,6 +214,7 @@ def ask(
             print(json.dumps(result.as_json(), ensure_ascii=False))
         else:
             render.stream_answer(stream)
+            render.evidence(result)
             render.sources(result.retrieved)
             render.timings(result)
     ws.close()

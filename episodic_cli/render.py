@@ -187,6 +187,46 @@ def stream_answer(stream: Iterable[str]) -> str:
     return text
 
 
+def _where(document: str, e) -> str:
+    if e.page is not None:
+        return f"{document}, p. {e.page}" if e.page_end in (None, e.page) else f"{document}, pp. {e.page}-{e.page_end}"
+    if e.line_start is not None:
+        lines = f"line {e.line_start}" if e.line_start == e.line_end else f"lines {e.line_start}-{e.line_end}"
+        return f"{document}, {lines}"
+    return document
+
+
+def evidence(result) -> None:
+    """The quotes that support the answer, under it, with the answer's own words highlighted; or, when no sentence
+    of the sources holds them, a plain statement that the answer is not sourced."""
+    found = result.support()
+    if not found.supported:
+        out.print("\n[bold yellow]Not supported by the sources:[/] [yellow]no sentence in them holds what this answer "
+                  "says; read the passages below before trusting it.[/]")
+        if found.evidence:
+            out.print("[dim]Closest to the question:[/]")
+    else:
+        out.print("\n[bold]Evidence[/]")
+    for e in found.evidence:
+        r = result.retrieved[e.index]
+        quote, marked, at = " ".join(e.quote.split()), "", 0
+        # highlight offsets refer to the quote as stored; map them onto the whitespace-squashed form shown
+        squashed = []
+        for a, b in e.highlight:
+            word = e.quote[a:b]
+            k = quote.find(word, at)
+            if k >= 0:
+                squashed.append((k, k + len(word)))
+                at = k + len(word)
+        at = 0
+        for a, b in squashed:
+            marked += escape(quote[at:a]) + f"[bold yellow]{escape(quote[a:b])}[/]"
+            at = b
+        marked += escape(quote[at:])
+        out.print(f" [cyan]“[/]{marked}[cyan]”[/]\n   [dim]{escape(_where(r.document.display_path, e))}, event "
+                  f"{r.event.id}[/]", soft_wrap=True)
+
+
 def sources(retrieved) -> None:
     if not retrieved:
         out.print("[dim]no sources: the store has no events that match[/]")

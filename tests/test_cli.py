@@ -51,7 +51,8 @@ def test_ask_json_contract(shared_ask):
     assert len(shared_ask.stdout.strip().splitlines()) == 1  # exactly one JSON object, nothing else on stdout
     out = json.loads(shared_ask.stdout)
     assert set(out) == {"answer", "mode", "sources", "retrieved_tokens", "kv_loaded_tokens", "kv_prefilled_tokens",
-                        "timings", "scope"}
+                        "timings", "scope", "evidence", "supported", "narrowed"}
+    assert isinstance(out["evidence"], list) and isinstance(out["supported"], bool)  # checked in test_evidence.py
     assert out["scope"] == {"restricted_to": None, "notes": []}  # the question names no chapter, page or file
     assert isinstance(out["answer"], str) and out["answer"] == out["answer"].strip() and out["answer"]
     assert out["mode"] == "kv"  # the default whenever the store has KV blocks (ingest stores them by default)
@@ -74,8 +75,10 @@ def test_ask_json_contract(shared_ask):
     assert all(isinstance(v, float) and v >= 0 for v in t.values())
     assert 0 < t["retrieve_s"] <= t["first_token_s"] <= t["total_s"] and t["prefill_s"] > 0
     assert out["retrieved_tokens"] > 0
-    # Ingest kept every event's block in the bundled model's tier: all retrieved tokens load, none is prefilled.
-    assert out["kv_loaded_tokens"] == out["retrieved_tokens"] and out["kv_prefilled_tokens"] == 0
+    # Narrowed (the default), the answer decodes a few sentences behind the cached sink and loads no block
+    # (test_kv_mode.py checks, with --whole, that every retrieved token then loads from the blocks ingest kept).
+    assert out["narrowed"]
+    assert out["kv_loaded_tokens"] == 0 and out["kv_prefilled_tokens"] == 0
 
 
 def test_ingest_json_one_object_per_document(shared_store):
@@ -171,7 +174,7 @@ def test_a_store_ingested_with_no_kv_keeps_no_blocks_and_still_answers_in_kv_mod
     assert json.loads(invoke("ls", "--store", store, "--json").stdout)["kv_budget_bytes"] == 0
     default = json.loads(invoke("ask", "When does the ferry leave?", "--store", store, "--json").stdout)
     assert default["mode"] == "text"  # a budget of 0: text mode by default
-    result = invoke("ask", "When does the ferry leave?", "--store", store, "--mode", "kv", "--json")
+    result = invoke("ask", "When does the ferry leave?", "--store", store, "--mode", "kv", "--json", "--whole")
     assert result.exit_code == 0, result.stderr
     out = json.loads(result.stdout)  # kv mode prepares every event from text in place and keeps nothing
     assert out["mode"] == "kv" and out["kv_loaded_tokens"] == 0 and out["kv_prefilled_tokens"] > 0

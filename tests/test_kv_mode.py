@@ -18,7 +18,7 @@ runner = CliRunner()
 
 def ask_json(store_dir, *extra: str):
     result = runner.invoke(app, ["ask", TEXT_QUESTION, "--store", str(store_dir), "-k", "1", "--neighbours", "0",
-                                 "--json", *extra])
+                                 "--json", "--whole", *extra])  # whole events: these tests are about the blocks
     return result
 
 
@@ -75,7 +75,7 @@ def test_damaged_blocks_are_prepared_from_text_with_a_warning_which_repairs_them
 
 
 def kv_answer(ws, st, question: str):
-    result, stream = ws.ask(st, question, k=1, neighbours=1, mode="kv")
+    result, stream = ws.ask(st, question, k=1, neighbours=1, mode="kv", narrow=False)  # the blocks, not sentences
     for _ in stream:
         pass
     return result.answer

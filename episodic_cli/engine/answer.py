@@ -79,6 +79,16 @@ def build_messages(question: str, retrieved: list[RetrievedEvent], history: list
     return [{"role": "system", "content": SYSTEM_PROMPT}, *(history or []), {"role": "user", "content": user}]
 
 
+def focused_messages(question: str, quotes: list[str], history: list[dict[str, str]] | None = None
+                     ) -> list[dict[str, str]]:
+    """Text mode's prompt when the evidence is narrowed to a few sentences (engine/evidence.py): the sentences
+    numbered without headings (a small model copies a heading's path instead of the fact), then the question."""
+    question = clean_question(question)
+    listed = "\n\n".join(f"[{i}] {q.strip()}" for i, q in enumerate(quotes, 1))
+    user = f"Sources:\n\n{listed}\n\nQuestion: {question}"
+    return [{"role": "system", "content": SYSTEM_PROMPT}, *(history or []), {"role": "user", "content": user}]
+
+
 @dataclass
 class Timings:
     retrieve_s: float = 0.0
@@ -111,10 +121,16 @@ class TextModeAnswerer:
 
     def stream(self, question: str, retrieved: list[RetrievedEvent], history: list[dict[str, str]] | None,
                started: float, answer: Answer, max_tokens: int = ANSWER_TOKENS,
-               should_stop: Callable[[], bool] | None = None, weights: list[float] | None = None) -> Iterator[str]:
+               should_stop: Callable[[], bool] | None = None, weights: list[float] | None = None,
+               spans: list[list[tuple[int, int]]] | None = None) -> Iterator[str]:
         """Yield answer text pieces; fills `answer` (text, timings measured from `started`) as it goes.
-        `weights` (EpMAN) only applies to KV blocks; text mode has none."""
-        messages = build_messages(question, retrieved, history)
+        `weights` (EpMAN) only applies to KV blocks; text mode has none. `spans[i]`: the character spans of event i
+        to read instead of its whole text (narrowed evidence)."""
+        if spans is None:
+            messages = build_messages(question, retrieved, history)
+        else:
+            quotes = [r.event.text[a:b] for r, ss in zip(retrieved, spans) for a, b in ss]
+            messages = focused_messages(question, quotes, history)
         tokens = self.model.tokenize(self.model.apply_chat_template(messages), special=True)
         room = self.session.n_ctx - max_tokens
         if len(tokens) > room:  # keep the start (system rules) and the end (question); evidence was budgeted

@@ -41,15 +41,23 @@ TOO_BIG = "the retrieved events do not fit the answer context; lower -k"
 EPMAN_FLOOR = 0.9  # EpMAN's weights are relative; keeping them in [0.9, 1.0] nudges attention without silencing a block
 
 
-def kv_messages(question: str, n_blocks: int, history: list[dict[str, str]] | None = None) -> list[dict[str, str]]:
+def kv_messages(question: str, n_blocks: int, history: list[dict[str, str]] | None = None,
+                quotes: list[str] | None = None) -> list[dict[str, str]]:
     """kv mode's prompt: the sources are the blocks themselves (no per-source headers: every decoded token between
-    blocks costs time, and epi shows the citations beside the answer); earlier turns follow the blocks."""
+    blocks costs time, and epi shows the citations beside the answer); earlier turns follow the blocks. With
+    `quotes` (narrowed evidence: a few sentences) they are the sources instead, numbered as text mode numbers them,
+    and decoded behind the sink: measured on the held-out sets, the small model answers far better from the right
+    sentences alone than from whole blocks, and better from them as text than from their cells cut out of the
+    blocks (docs/evaluation.md, 2026-11-23)."""
     question = clean_question(question)
     earlier = "".join(
         f"{'User' if m['role'] == 'user' else 'You'}: {clean_question(m['content']).strip()}\n" for m in history or []
     )
     earlier = f"Earlier in this conversation:\n{earlier}\n" if earlier else ""
-    if n_blocks:
+    listed = "\n\n".join(f"[{i}] {q.strip()}" for i, q in enumerate(quotes or [], 1))
+    if quotes:  # narrowed evidence (engine/evidence.py), decoded as text right after the sink
+        user = f"Sources:\n\n{_MARK}{listed}\n\n{earlier}Question: {question}"
+    elif n_blocks:
         user = f"Sources:\n\n{_MARK * (n_blocks + 1)}\n\n{earlier}Question: {question}"
     else:
         user = f"(No sources were found in the archive.)\n\n{earlier}Question: {question}"
@@ -97,12 +105,14 @@ class KVModeAnswerer:
 
     def stream(self, question: str, retrieved: list[RetrievedEvent], history: list[dict[str, str]] | None,
                started: float, answer: Answer, max_tokens: int = ANSWER_TOKENS,
-               should_stop: Callable[[], bool] | None = None, weights: list[float] | None = None) -> Iterator[str]:
+               should_stop: Callable[[], bool] | None = None, weights: list[float] | None = None,
+               spans: list[list[tuple[int, int]]] | None = None) -> Iterator[str]:
         """Assemble the cache (keeping what the previous question left that still applies) and stream the answer.
         `weights[i]` scales event i's V rows when its block is loaded (EpMAN weighting; None: all 1.0; an event
-        prepared from text is not weighted)."""
+        prepared from text is not weighted). `spans[i]`: narrowed evidence, the character spans of event i to read;
+        they are decoded as text behind the sink instead of loading the blocks (kv_messages)."""
         t0 = time.perf_counter()
-        parts = self._plan(question, retrieved, history, weights)
+        parts = self._plan(question, retrieved, history, weights, spans)
         keep = self._shared_prefix(parts)
         pos = self._layout[keep - 1][1] if keep else 0
         answer.reused_tokens = pos
@@ -153,8 +163,11 @@ class KVModeAnswerer:
     # -- assembly ---------------------------------------------------------------------------------------------
 
     def _plan(self, question: str, retrieved: list[RetrievedEvent], history: list[dict[str, str]] | None,
-              weights: list[float] | None) -> list[_Part]:
-        rendered = self.model.apply_chat_template(kv_messages(question, len(retrieved), history))
+              weights: list[float] | None, spans: list[list[tuple[int, int]]] | None = None) -> list[_Part]:
+        quotes = None
+        if spans is not None:
+            quotes, retrieved = [r.event.text[a:b] for r, ss in zip(retrieved, spans) for a, b in ss], []
+        rendered = self.model.apply_chat_template(kv_messages(question, len(retrieved), history, quotes))
         texts = rendered.split(_MARK)
         # With blocks, texts[0] is the question-free prefix `sink_tokens` renders (the ingest sink), tokenized alike.
         parts = [_Part(("text", _digest(texts[0])), self.model.tokenize(texts[0], special=True))]
@@ -162,7 +175,7 @@ class KVModeAnswerer:
             scale = 1.0 if weights is None else float(weights[i])
             key = event_block_key(r)
             parts.append(_Part(("event", r.event.id, key, scale), retrieved=r, v_scale=scale, block_key=key))
-        tail = texts[-1] if retrieved else None
+        tail = texts[-1] if retrieved or quotes else None
         if tail is not None:
             parts.append(_Part(("text", _digest(tail)), self.model.tokenize(tail, special=True)))
         return parts

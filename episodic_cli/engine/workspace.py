@@ -15,6 +15,8 @@ from ..store import Store, StoreIdentity
 from .answer import ANSWER_TOKENS, Answer, TextModeAnswerer
 from .embedder import EMBED_DIM, EMBEDDER_NAME, Embedder
 from .errors import EpiError
+from .evidence import Support, support
+from .evidence import narrow as evidence_narrow
 from .ingest import Ingestor
 from .kv_capture import DEFAULT_KIND, BlockKeeper, tier_config
 from .kv_mode import KVModeAnswerer, PrepareProgress, episodic_weights
@@ -42,6 +44,19 @@ class AskResult:
     retrieved: list[RetrievedEvent]
     answer: Answer
     scope: Restriction | None = None  # the chapter/section/page/file/--doc the question was restricted to
+    focus: list[tuple[int, list[tuple[int, int]]]] | None = None  # the sentences the answer read (evidence.narrow)
+
+    def support(self) -> Support:
+        """The quotes of the sources that support the answer (computed once the answer is complete)."""
+        text = self.answer.text.strip()
+        if getattr(self, "_support", (None, ""))[1] != text:
+            self._support = (support(self.question, text, self.retrieved), text)
+        return self._support[0]
+
+    def evidence_json(self) -> list[dict]:
+        return [{"event_id": self.retrieved[e.index].event.id, "document": self.retrieved[e.index].document.display_path,
+                 "page": e.page, "page_end": e.page_end, "line_start": e.line_start, "line_end": e.line_end,
+                 "quote": e.quote} for e in self.support().evidence]
 
     def as_json(self) -> dict:
         return {
@@ -61,6 +76,11 @@ class AskResult:
             "kv_loaded_tokens": self.answer.kv_loaded_tokens if self.mode == "kv" else None,
             "kv_prefilled_tokens": self.answer.kv_prefilled_tokens if self.mode == "kv" else None,
             "timings": self.answer.timings.as_json(),
+            # the sentences of the sources that hold the answer's own words; supported: they hold at least half
+            "evidence": self.evidence_json(),
+            "supported": self.support().supported,
+            # the answer read only the sentences that match the question best (false: the retrieved events whole)
+            "narrowed": bool(self.focus),
         }
 
 
@@ -175,6 +195,7 @@ class Workspace:
         should_stop: Callable[[], bool] | None = None,
         epman: bool = False,
         docs: list[str] | None = None,
+        narrow: bool = True,
     ) -> tuple[AskResult, Iterator[str]]:
         """Retrieve now; return the result (filled in as the stream is consumed) and the answer stream.
         `epman` scales each block's V rows by its episodic weight in [0.9, 1.0] (kv mode only); `docs` (globs on
@@ -191,11 +212,17 @@ class Workspace:
             raise EpiError("--epman weights KV blocks, so it needs kv mode (a store ingested with KV blocks)")
         answer = Answer()
         answer.timings.retrieve_s = time.perf_counter() - started
-        result = AskResult(question, mode, retrieved, answer, scope)
+        # `narrow`: the answer reads only the few sentences that match the question best (engine/evidence.py)
+        focus = evidence_narrow(question, retrieved) if narrow else []
+        result = AskResult(question, mode, retrieved, answer, scope, focus=focus or None)
         answerer = self.answerer(mode, store)
         weights = episodic_weights(retrieved) if epman else None
-        stream = answerer.stream(question, retrieved, history, started, answer, should_stop=should_stop,
-                                 weights=weights)
+        read, spans = retrieved, None
+        if focus:
+            read, spans = [retrieved[i] for i, _ in focus], [ss for _, ss in focus]
+            weights = None if weights is None else [weights[i] for i, _ in focus]
+        stream = answerer.stream(question, read, history, started, answer, should_stop=should_stop,
+                                 weights=weights, spans=spans)
         return result, stream
 
     def close(self) -> None:

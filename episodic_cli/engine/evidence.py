@@ -1,0 +1,316 @@
+"""Evidence inside the retrieved events: the few sentences that matter for a question, and the quotes that support
+an answer.
+
+A retrieved event is 160-450 tokens; the sentence that holds the answer is one of ~10-30 in the 1.5-3k retrieved
+tokens. The bundled 135M model copies an answer well when it is given that sentence and little else, and badly when
+the sentence is buried among the rest (research notes 2026-11-23, E: gold sentence alone 10/18 right, all retrieved
+text 2/18). So epi narrows the evidence before answering (`focus`), and after answering finds the sentences that
+support the answer's own words (`support`).
+
+Scoring is lexical and local to the retrieved text: a question word weighs by how rare it is among the retrieved
+sentences (inverse sentence frequency), identifiers also count in their split forms (`user_config_path` -> user,
+config, path; `getAndroidApiLevel` -> get, android, api, level), and a sentence that keeps two question words side
+by side scores a little more. Dense similarity of sentences was measured to localise worse (notes, E).
+
+Every span is a pair of character offsets into the stored event text, so a quote is `event.text[start:end]`
+exactly, and its page or lines are counted from the event's own text (`locate`).
+"""
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+from .retrieve import RetrievedEvent
+
+# Question words that carry no topic. Kept short: words such as "option", "file" or "version" often *are* the topic.
+STOPWORDS = frozenset("""
+a an and are as at be been being but by can could did do does doing done for from had has have having how i if in
+into is it its it's itself may might must of on or our shall should so such than that the their them then there
+these they this those to too under until up upon us was we were what when where which while who whom whose why will
+with within would you your yours about above after again against all also am any because before below between both
+during each few further here just more most no nor not now only other out over own same some very s t don
+""".split())
+
+_WORD_RE = re.compile(r"[A-Za-z0-9_]+(?:[.\-/][A-Za-z0-9_]+)*")
+_CAMEL_RE = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+# A sentence ends after . ! ? (and closing quotes/brackets) followed by whitespace, or at a blank line.
+_SENTENCE_END_RE = re.compile(r"""[.!?]["')\]]*(?=\s)|\n[ \t]*\n""")
+MAX_SENTENCE_CHARS = 320  # longer units (code, tables, wrapped lists without full stops) are cut at line ends
+
+
+@dataclass(frozen=True)
+class Span:
+    """A sentence-like unit of one event's text: `text == event_text[start:end]`, trimmed of edge whitespace."""
+
+    start: int
+    end: int
+    text: str
+
+
+def words(text: str) -> list[str]:
+    """Lower-case terms of `text`: each word as written (`asn1_der_decoding2`, `x.680`, `--no-time-strict` ->
+    no-time-strict) plus its parts split at `_ . - /` and at camel-case humps."""
+    out: list[str] = []
+    for m in _WORD_RE.finditer(text):
+        w = m.group(0)
+        out.append(w.lower())
+        parts = [p for chunk in re.split(r"[_.\-/]", w) for p in _CAMEL_RE.findall(chunk)]
+        if len(parts) > 1:
+            out.extend(p.lower() for p in parts)
+    return out
+
+
+def stem(word: str) -> str:
+    """A light suffix strip so that "stands"/"stand" and "defines"/"defined" meet; identifiers keep their form."""
+    if len(word) <= 4 or not word.isalpha():
+        return word
+    for suffix in ("ing", "ed", "es", "s"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[: -len(suffix)]
+    return word
+
+
+def content_words(text: str) -> set[str]:
+    return {stem(w) for w in words(text) if w not in STOPWORDS and (len(w) > 1 or w.isdigit())}
+
+
+def _trimmed(text: str, a: int, b: int) -> tuple[int, int]:
+    while a < b and text[a].isspace():
+        a += 1
+    while b > a and text[b - 1].isspace():
+        b -= 1
+    return a, b
+
+
+def _cut_long(text: str, a: int, b: int) -> list[tuple[int, int]]:
+    """Split [a, b) at line ends into pieces of at most MAX_SENTENCE_CHARS (a single longer line stays whole)."""
+    if b - a <= MAX_SENTENCE_CHARS:
+        return [(a, b)]
+    pieces, start = [], a
+    while start < b:
+        if b - start <= MAX_SENTENCE_CHARS:
+            pieces.append((start, b))
+            break
+        cut = text.rfind("\n", start, start + MAX_SENTENCE_CHARS)
+        if cut <= start:
+            cut = text.find("\n", start + MAX_SENTENCE_CHARS)
+            if cut == -1 or cut >= b:
+                pieces.append((start, b))
+                break
+        pieces.append((start, cut))
+        start = cut + 1
+    return pieces
+
+
+def split_sentences(text: str) -> list[Span]:
+    """Sentence-like units of `text` with their offsets, in order, none empty. Prose splits at sentence ends and blank
+    lines; code and other text without full stops splits at line ends once a unit grows past MAX_SENTENCE_CHARS."""
+    spans: list[Span] = []
+    start = 0
+    bounds = [m.end() for m in _SENTENCE_END_RE.finditer(text)] + [len(text)]
+    for end in bounds:
+        if end <= start:
+            continue
+        for a, b in _cut_long(text, start, end):
+            a, b = _trimmed(text, a, b)
+            if b > a:
+                spans.append(Span(a, b, text[a:b]))
+        start = end
+    return spans
+
+
+@dataclass
+class Scored:
+    """A sentence of retrieved event `index` (into the retrieved list), with its score."""
+
+    index: int
+    span: Span
+    score: float
+
+
+ANSWER_LIKE_BONUS = 2.0
+_QUOTED_RE = re.compile(r"""['"`<]([^'"`<>\s]{1,40})['"`>]""")
+
+
+def candidates(text: str) -> set[str]:
+    """Words of `text` shaped like the answer to a "which/what" question: quoted words, identifiers (with _ - . or
+    digits or inner capitals), command-line options, numbers."""
+    out = {stem(m.group(1).lower()) for m in _QUOTED_RE.finditer(text)}
+    for m in _WORD_RE.finditer(text):
+        w = m.group(0)
+        if any(c.isdigit() for c in w) or "_" in w or re.search(r"[a-z][A-Z]", w) or w.isupper() and len(w) > 1:
+            out.add(stem(w.lower()))
+    for m in re.finditer(r"(?<!\S)--?[A-Za-z][\w-]*", text):
+        out.add(m.group(0).lstrip("-").lower())
+    return out
+
+
+def _idf(units: list[set[str]]) -> dict[str, float]:
+    n = len(units)
+    df = Counter(w for u in units for w in u)
+    return {w: math.log((n + 1) / (c + 0.5)) for w, c in df.items()}
+
+
+def _bigrams(text: str) -> set[tuple[str, str]]:
+    ws = [w for w in words(text) if w not in STOPWORDS]
+    return set(zip(ws, ws[1:]))
+
+
+def score_sentences(question: str, retrieved: list[RetrievedEvent]) -> list[Scored]:
+    """Every sentence of every retrieved event, scored against the question (see the module's docstring)."""
+    units = [(i, s) for i, r in enumerate(retrieved) for s in split_sentences(r.event.text)]
+    if not units:
+        return []
+    terms = [content_words(s.text) for _, s in units]
+    idf = _idf(terms)
+    q = content_words(question)
+    qbi = _bigrams(question)
+    out = []
+    for (i, s), t in zip(units, terms):
+        shared = q & t
+        score = sum(idf[w] for w in shared)
+        if shared and qbi:
+            score += 0.5 * len(qbi & _bigrams(s.text))
+        if shared and ANSWER_LIKE_BONUS and (candidates(s.text) - q):
+            score += ANSWER_LIKE_BONUS
+        # a long unit shares more words by chance: damp, gently, by its size in words
+        score /= 1.0 + 0.15 * math.log1p(max(len(t), 1) / 12)
+        out.append(Scored(i, s, score))
+    return out
+
+
+def focus(question: str, retrieved: list[RetrievedEvent], n: int = 2) -> list[Scored]:
+    """The `n` sentences that best match the question, in the order the retrieved events are laid out (and reading
+    order inside an event); empty when no sentence shares a word with the question."""
+    scored = [s for s in score_sentences(question, retrieved) if s.score > 0]
+    best = sorted(scored, key=lambda s: -s.score)[:n]
+    return sorted(best, key=lambda s: (s.index, s.span.start))
+
+
+FOCUS_SENTENCES = 2  # measured on the held-out sets (docs/evaluation.md, 2026-11-23)
+
+
+def narrow(question: str, retrieved: list[RetrievedEvent], n: int = FOCUS_SENTENCES
+           ) -> list[tuple[int, list[tuple[int, int]]]]:
+    """The evidence an answer reads: [(index into `retrieved`, [(start, end) of its chosen sentences])], in the
+    retrieved order; empty when no sentence shares a word with the question (then the answer reads everything)."""
+    groups: dict[int, list[tuple[int, int]]] = {}
+    for s in focus(question, retrieved, n):
+        groups.setdefault(s.index, []).append((s.span.start, s.span.end))
+    return sorted(groups.items())
+
+
+# -- support of an answer -----------------------------------------------------------------------------------------
+
+SUPPORT_THRESHOLD = 0.5  # share of the answer's own words (weighted) that the quotes must hold
+
+
+@dataclass
+class Evidence:
+    """A quote that supports an answer: `quote == retrieved[index].event.text[start:end]`."""
+
+    index: int
+    start: int
+    end: int
+    quote: str
+    page: int | None
+    page_end: int | None
+    line_start: int | None
+    line_end: int | None
+    highlight: list[tuple[int, int]]  # offsets inside `quote` of the words shared with the answer (and question)
+
+
+@dataclass
+class Support:
+    evidence: list[Evidence]
+    supported: bool
+    coverage: float  # weighted share of the answer's own words found in the quotes (1.0 when it has none)
+
+
+def answer_terms(answer: str, question: str) -> set[str]:
+    """The answer's own content words: those it adds to the question (what a reader must find in the sources)."""
+    return content_words(answer) - content_words(question)
+
+
+def support(question: str, answer: str, retrieved: list[RetrievedEvent], max_quotes: int = 2) -> Support:
+    """The sentences (at most `max_quotes`) that hold most of the answer's own words, chosen greedily by the weight
+    of the words they add; `supported` when they hold at least SUPPORT_THRESHOLD of that weight. An answer that adds
+    no word to the question (e.g. it repeats it) is quoted by the question's best sentences and not counted as
+    supported."""
+    units = [(i, s) for i, r in enumerate(retrieved) for s in split_sentences(r.event.text)]
+    if not units or not answer.strip():
+        return Support([], False, 0.0)
+    terms = [content_words(s.text) for _, s in units]
+    idf = _idf(terms)
+    default = math.log(len(units) + 1) + 1.0  # a word no sentence has weighs as the rarest
+    a_terms = answer_terms(answer, question)
+    q_terms = content_words(question)
+    total = sum(idf.get(w, default) for w in a_terms)
+    chosen: list[int] = []
+    covered: set[str] = set()
+    if total > 0:
+        for _ in range(max_quotes):
+            gains = [(sum(idf[w] for w in (t & a_terms) - covered)
+                      + 0.1 * sum(idf[w] for w in t & q_terms), -k) for k, t in enumerate(terms) if k not in chosen]
+            best = max(gains, default=None)
+            if best is None or best[0] <= 0 or not (terms[-best[1]] & a_terms) - covered:
+                break
+            chosen.append(-best[1])
+            covered |= terms[-best[1]] & a_terms
+    coverage = sum(idf.get(w, default) for w in covered) / total if total > 0 else 0.0
+    supported = total > 0 and coverage >= SUPPORT_THRESHOLD
+    if not chosen:  # nothing holds the answer's words: show where the question points instead
+        chosen = [max(range(len(units)), key=lambda k: (sum(idf[w] for w in terms[k] & q_terms), -k))]
+        if not terms[chosen[0]] & q_terms:
+            chosen = []
+    marks = a_terms | q_terms
+    evidence = []
+    for k in sorted(chosen, key=lambda k: (units[k][0], units[k][1].start)):
+        i, s = units[k]
+        evidence.append(Evidence(i, s.start, s.end, s.text, *locate(retrieved[i], s.start, s.end),
+                                 highlight=highlights(s.text, marks)))
+    return Support(evidence, supported, round(coverage, 3))
+
+
+def highlights(text: str, marks: set[str]) -> list[tuple[int, int]]:
+    """Offsets of the words of `text` whose own form or one of whose parts is in `marks`."""
+    out = []
+    for m in _WORD_RE.finditer(text):
+        if {stem(w) for w in words(m.group(0))} & marks - STOPWORDS:
+            out.append((m.start(), m.end()))
+    return out
+
+
+# -- where a quote is -----------------------------------------------------------------------------------------------
+
+def locate(r: RetrievedEvent, start: int, end: int) -> tuple[int | None, int | None, int | None, int | None]:
+    """(page, page_end, line_start, line_end) of event text [start, end), from the event's stored span and its text.
+
+    Lines: the event's `line_start` is the line of its first non-blank character (sources.SourceDocument.locate), so
+    a quote's line is that plus the newlines between that character and the quote; exact.
+    Pages: a PDF's pages are joined with a blank line ("\\n\\n"), which paragraphs inside a page also produce, so
+    the text alone does not say where a page ends. The quote's pages are bounded by counting blank lines: it starts
+    at or after `page_end - (blank lines after its start)` and ends at or before `page_start + (blank lines before
+    its end)`; clipped to the event's pages, that range is returned (exact when the event has one page or no blank
+    line besides its page breaks, a superset otherwise: never a wrong page)."""
+    ev = r.event
+    text = ev.text
+    first, last = _trimmed(text, 0, len(text))
+    if ev.line_start is not None:
+        a = ev.line_start + text.count("\n", first, start)
+        b = a + text.count("\n", start, max(end - 1, start))
+        return None, None, a, b
+    if ev.page_start is not None:
+        p0, p1 = ev.page_start, ev.page_end if ev.page_end is not None else ev.page_start
+        if p0 == p1:
+            return p0, p1, None, None
+        # every page break is a "\n\n", so the quote starts no earlier than p1 minus the blank lines after its
+        # start, and ends no later than p0 plus the blank lines before its end (lo <= hi always: each break is
+        # counted on one side or the other)
+        lo = max(p0, p1 - text.count("\n\n", start, last))
+        hi = min(p1, p0 + text.count("\n\n", first, end))
+        return lo, max(lo, hi), None, None
+    return None, None, None, None
+

@@ -1,0 +1,142 @@
+"""Evidence quotes (engine/evidence.py): sentences with exact offsets, narrowing, support of an answer, and where a
+quote is; then the real bundled model answering through Workspace.ask with its quotes checked against the store."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import PDF_FACT, PDF_FACT_PAGE, PDF_QUESTION, TEXT_FACT, TEXT_FACT_LINE, workspace_for
+
+from episodic_cli.engine import evidence as E
+from episodic_cli.engine.retrieve import RetrievedEvent
+from episodic_cli.store import DocumentRecord, EventRecord
+
+
+def _retrieved(text: str, *, page: tuple[int, int] | None = None, line: int | None = None, id_: int = 1
+               ) -> RetrievedEvent:
+    n_lines = text.count("\n")
+    ev = EventRecord(ordinal=0, token_start=0, token_end=len(text) // 4, char_start=0, char_end=len(text),
+                     page_start=page[0] if page else None, page_end=page[1] if page else None,
+                     line_start=line, line_end=None if line is None else line + n_lines,
+                     surprise_mean=0.0, surprise_max=0.0, text=text, id=id_, document_id=1)
+    doc = DocumentRecord(path="/d", display_path="d.txt", kind="text", content_sha256="0" * 64, n_tokens=1,
+                         n_events=1, n_pages=None, n_lines=None, ingest_seconds=0.0, id=1)
+    return RetrievedEvent(ev, doc, 1.0, 0)
+
+
+PROSE = ("  The harbour was quiet.  Orla Venn hid the brass key under the ninth step.\n"
+         "Nobody saw her do it!\n\nA new paragraph starts here. It has two sentences.\n")
+
+
+def test_sentences_are_exact_slices_in_order():
+    spans = E.split_sentences(PROSE)
+    assert [s.text for s in spans] == ["The harbour was quiet.", "Orla Venn hid the brass key under the ninth step.",
+                                       "Nobody saw her do it!", "A new paragraph starts here.",
+                                       "It has two sentences."]
+    for s in spans:
+        assert PROSE[s.start:s.end] == s.text
+    assert all(a.end <= b.start for a, b in zip(spans, spans[1:]))
+
+
+def test_long_units_without_full_stops_are_cut_at_line_ends():
+    code = "\n".join(f"    value_{i} = compute_{i}(argument_{i}, other_{i})" for i in range(40))
+    spans = E.split_sentences(code)
+    assert len(spans) > 1 and all(len(s.text) <= E.MAX_SENTENCE_CHARS for s in spans)
+    assert all(code[s.start:s.end] == s.text for s in spans)
+
+
+def test_words_split_identifiers():
+    w = E.words("getAndroidApiLevel size_limit --no-time-strict X.680")
+    for part in ("getandroidapilevel", "android", "api", "level", "size_limit", "size", "limit",
+                 "no-time-strict", "strict", "x.680", "680"):
+        assert part in w
+
+
+def test_focus_prefers_the_sentence_with_the_rare_question_words():
+    r = _retrieved(PROSE, line=1)
+    best = E.focus("Where did Orla Venn hide the brass key?", [r], n=1)
+    assert [s.span.text for s in best] == ["Orla Venn hid the brass key under the ninth step."]
+    assert E.narrow("Where did Orla Venn hide the brass key?", [r], n=1) == [(0, [(best[0].span.start,
+                                                                                   best[0].span.end)])]
+    assert E.narrow("zebra xylophone?", [r]) == []  # no shared word: the answer reads everything
+
+
+def test_support_quotes_the_answer_and_flags_unsupported_answers():
+    r = _retrieved(PROSE, line=10)
+    s = E.support("Where did Orla Venn hide the brass key?", "Under the ninth step.", [r])
+    assert s.supported and s.coverage >= E.SUPPORT_THRESHOLD
+    assert [e.quote for e in s.evidence] == ["Orla Venn hid the brass key under the ninth step."]
+    e = s.evidence[0]
+    assert r.event.text[e.start:e.end] == e.quote
+    assert (e.line_start, e.line_end) == (10, 10)
+    marked = {e.quote[a:b] for a, b in e.highlight}
+    assert {"ninth", "step"} <= marked
+    bad = E.support("Where did Orla Venn hide the brass key?", "In the lighthouse cellar, Captain Amsel said.", [r])
+    assert not bad.supported
+
+
+def test_lines_of_a_quote_count_newlines_from_the_events_first_character():
+    text = "\n\n  first line\nsecond line.\nthird line is here.\nfourth."
+    r = _retrieved(text, line=40)  # the event's line_start is the line of its first non-blank character
+    k = text.index("third")
+    assert E.locate(r, k, k + len("third line is here.")) == (None, None, 42, 42)
+    k2 = text.index("second")
+    assert E.locate(r, k2, text.index("fourth") + 7) == (None, None, 41, 43)
+
+
+def test_pages_of_a_quote_are_bounded_by_the_page_breaks():
+    # two pages joined by "\n\n" (sources._read_pdf); a paragraph break inside page 8 looks the same
+    text = "Page seven ends here.\n\nPage eight begins.\n\nStill page eight."
+    r = _retrieved(text, page=(7, 8))
+    assert E.locate(r, 0, 21)[:2] == (7, 7)  # no blank line before its end: the event's first page
+    k = text.index("Page eight")
+    assert E.locate(r, k, k + 18)[:2] == (7, 8)  # one blank line either side: page 7 or 8, never claimed exactly
+    k = text.index("Still")
+    assert E.locate(r, k, len(text))[:2] == (8, 8)  # no blank line after it: the last page, exactly
+    single = _retrieved("One page only.\n\nAnother paragraph.", page=(3, 3))
+    assert E.locate(single, 16, 34)[:2] == (3, 3)
+
+
+# -- the real model, through the workspace and the CLI ---------------------------------------------------------------
+
+def _check_quotes(payload: dict, store_dir) -> None:
+    from episodic_cli.store import Store
+
+    with Store.open_existing(store_dir) as st:
+        for e in payload["evidence"]:
+            event = st.get_events([e["event_id"]])[0]
+            assert e["quote"] and e["quote"] in event.text  # an exact substring of the stored event text
+            assert set(e) >= {"event_id", "document", "page", "line_start", "line_end", "quote"}
+
+
+def test_ask_json_has_evidence_that_are_exact_substrings(shared_ask, shared_store):
+    assert shared_ask.exit_code == 0, shared_ask.stderr
+    payload = json.loads(shared_ask.stdout)
+    assert isinstance(payload["evidence"], list) and isinstance(payload["supported"], bool)
+    _check_quotes(payload, shared_store.store_dir)
+    for e in payload["evidence"]:
+        if TEXT_FACT in e["quote"]:
+            assert e["line_start"] == TEXT_FACT_LINE == e["line_end"]
+
+
+@pytest.mark.parametrize("mode", ["kv", "text"])
+def test_narrowed_answer_reads_the_fact_sentence_and_quotes_its_page(engine, shared_store, mode):
+    ws = workspace_for(engine, shared_store.store_dir)
+    from episodic_cli.store import Store
+
+    n = 0
+    with Store.open_existing(shared_store.store_dir) as st:
+        result, stream = ws.ask(st, PDF_QUESTION, k=2, mode=mode, should_stop=lambda: n >= 24)
+        for _ in stream:
+            n += 1
+        assert result.focus, "the question shares rare words with the planted sentence"
+        read = [result.retrieved[i].event.text[a:b] for i, spans in result.focus for a, b in spans]
+        assert any(PDF_FACT in q for q in read)
+        assert result.answer.prompt_tokens < 200  # a few sentences, not the retrieved events
+        payload = result.as_json()
+        _check_quotes(payload, shared_store.store_dir)
+        for e in payload["evidence"]:
+            if PDF_FACT in e["quote"]:
+                assert e["page"] == PDF_FACT_PAGE
+        assert payload["supported"] == bool(result.support().supported)
+    ws.close()
