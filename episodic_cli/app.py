@@ -15,6 +15,7 @@ from . import __version__, render
 from .engine.answer import check_question_length
 from .engine.errors import EpiError
 from .engine.paths import store_path
+from .engine.document_pass import DEFAULT_COMMIT_EVERY
 from .engine.scope import documents_matching
 from .engine.structure import decode as decode_section
 from .engine.structure import describe as describe_section
@@ -103,12 +104,14 @@ def ingest(
     kv_type: Annotated[str, typer.Option(help="How each event's KV block is stored for kv mode: q8_0 (about 12 KB/token with the bundled model), q4_0 (6.5 KB/token, less faithful) or f16 (23 KB/token, exact).")] = DEFAULT_KIND,
     kv: Annotated[bool, typer.Option("--kv/--no-kv", help="Keep KV blocks (fast answers in kv mode). --no-kv keeps only text: it sets the store's KV budget to 0 (answers in text mode).")] = True,
     kv_budget: KVBudgetOpt = None,
+    commit_every: Annotated[int, typer.Option(min=1, help="Commit a long document every N events, so that an interrupted ingest resumes from there (run the same command again).")] = DEFAULT_COMMIT_EVERY,
     as_json: JsonOpt = False,
 ) -> None:
     """Read documents into the store: one llama.cpp pass per file, surprise-segmented events, embeddings.
 
     Unchanged files are skipped (content hash); a changed file replaces its old events. Each file is committed on
-    its own, so an error or Ctrl-C never loses the files already done; run the same command again to resume.
+    its own, a long one every `--commit-every` events, so an error, Ctrl-C or a crash never loses the work already
+    done; run the same command again to resume (inside a long file too).
 
     The pass also keeps each event's KV block for this model (kv mode loads it instead of re-reading the text) while
     the store's KV budget (`--kv-budget`, default 10GB) allows; events without one are prepared from text when a
@@ -140,7 +143,7 @@ def ingest(
             apply_kv_budget(st, budget_text)
             if kv:
                 st.set_kv_block_kind(kv_type)
-            ingestor = ws.ingestor(st, params, kv_type if kv else None)
+            ingestor = ws.ingestor(st, params, kv_type if kv else None, commit_every)
             try:
                 with render.IngestProgressView(found, quiet=as_json) as view:
                     for result in ingestor.ingest(found, view):
@@ -151,6 +154,7 @@ def ingest(
                 ingestor.close()
                 # Blocks of replaced documents, or of a file that failed or was interrupted before its commit.
                 st.collect_kv_garbage()
+                ingestor.finish_run()
     finally:
         st.close()
     if not as_json:
@@ -260,7 +264,7 @@ def list_documents(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
         if as_json:
             print(json.dumps({"store": str(st.path), "documents": [
                 {"path": d.display_path, "kind": d.kind, "tokens": d.n_tokens, "events": d.n_events,
-                 "pages": d.n_pages, "lines": d.n_lines} for d in docs],
+                 "pages": d.n_pages, "lines": d.n_lines, "status": d.status} for d in docs],
                 **{k: v for k, v in stats.items() if k != "path"}, **kv}))
         else:
             render.documents(docs, stats, kv)

@@ -131,14 +131,19 @@ class IngestProgressView:
     def __exit__(self, *exc) -> None:
         self.progress.__exit__(*exc)
 
-    def document_started(self, display_path: str, n_tokens: int) -> None:
+    def document_started(self, display_path: str, n_tokens: int, resumed_at: int = 0) -> None:
         if self.current is not None:
             self.progress.remove_task(self.current)
         self._doc_bytes = self.sizes.get(display_path, 0)
         self._doc_tokens = max(n_tokens, 1)
         self._doc_start = time.perf_counter()
         self._doc_done = 0
-        self.current = self.progress.add_task(display_path[-48:], total=n_tokens, rate="")
+        self.current = self.progress.add_task(display_path[-48:], total=n_tokens, rate="", completed=resumed_at)
+        if resumed_at:
+            self.progress.update(self.overall, advance=self._doc_bytes * resumed_at / self._doc_tokens)
+            if not self.quiet:
+                self.progress.console.print(escape(f"resuming {display_path} at token {resumed_at:,} of "
+                                                   f"{n_tokens:,}"), soft_wrap=True)
 
     def tokens_done(self, n: int) -> None:
         self._doc_done += n
@@ -267,7 +272,8 @@ def documents(docs, stats: dict, kv: dict) -> None:
         table.add_column(col, justify=just)
     for d in docs:
         extent = f"{d.n_pages} pp." if d.n_pages else (f"{d.n_lines} lines" if d.n_lines else "")
-        table.add_row(escape(d.display_path), d.kind, extent, f"{d.n_tokens:,}", f"{d.n_events:,}")
+        kind = f"{d.kind} [yellow](partial)[/]" if d.partial else d.kind  # an ingest of it is running or was cut off
+        table.add_row(escape(d.display_path), kind, extent, f"{d.n_tokens:,}", f"{d.n_events:,}")
     out.print(table)
     out.print(f"\n{stats['n_documents']} documents · {stats['n_events']:,} events · {stats['n_tokens']:,} tokens · "
               f"{_size(stats['disk_bytes'])} on disk · {escape(str(stats.get('path', '')))}")

@@ -60,7 +60,7 @@ MAX_QUERY_TERMS = 32
 
 _DOC_COLS = (
     "id, path, display_path, kind, content_sha256, n_tokens, n_events, n_pages, n_lines, ingest_seconds, ingested_at, "
-    "segmenter"
+    "segmenter, COALESCE(status, 'complete'), checkpoint"
 )
 _EVENT_COLS = (
     "id, document_id, ordinal, token_start, token_end, char_start, char_end, page_start, page_end, "
@@ -123,10 +123,11 @@ def _identity_from_json(text: str) -> StoreIdentity:
 
 
 def _document(row: tuple) -> DocumentRecord:
-    (id_, path, display, kind, sha, n_tokens, n_events, n_pages, n_lines, secs, at, segmenter) = row
+    (id_, path, display, kind, sha, n_tokens, n_events, n_pages, n_lines, secs, at, segmenter, status, checkpoint) = row
     return DocumentRecord(
         path=path, display_path=display, kind=kind, content_sha256=sha, n_tokens=n_tokens, n_events=n_events,
         n_pages=n_pages, n_lines=n_lines, ingest_seconds=secs, ingested_at=at, id=id_, segmenter=segmenter,
+        status=status, checkpoint=checkpoint,
     )  # fmt: skip
 
 
@@ -381,23 +382,61 @@ class Store:
         return None if row is None else _document(row)
 
     def replace_document(self, doc: DocumentRecord, events: list[EventRecord]) -> DocumentRecord:
+        """A document and all its events in one transaction (readers see the old version or the new one)."""
         vectors = self._embeddings(events)
         with self.writer():
-            new = dataclasses.replace(doc, n_events=len(events), ingested_at=time.time(), id=None)
+            new = dataclasses.replace(doc, n_events=len(events), ingested_at=time.time(), id=None, status="complete",
+                                      checkpoint=None)
             with self._transaction("writing"):
                 old_ids = self._delete_rows(doc.path) or []
-                cur = self._conn.execute(
-                    "INSERT INTO documents (path, display_path, kind, content_sha256, n_tokens, n_events, n_pages, "
-                    "n_lines, ingest_seconds, ingested_at, segmenter) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (new.path, new.display_path, new.kind, new.content_sha256, new.n_tokens, new.n_events,
-                     new.n_pages, new.n_lines, new.ingest_seconds, new.ingested_at, new.segmenter),
-                )  # fmt: skip
-                new.id = cur.lastrowid
+                new.id = self._insert_document(new)
                 event_ids = [self._insert_event(new.id, ev, vec) for ev, vec in zip(events, vectors)]
             for ev, event_id in zip(events, event_ids):  # only after commit: a failure leaves the caller's objects as-is
                 ev.id, ev.document_id = event_id, new.id
             self._update_index(old_ids, np.asarray(event_ids, dtype=np.int64), vectors)
             return new
+
+    # A long document is committed in groups instead (checkpointed ingest): begin_document replaces any earlier
+    # version with a 'partial' one at once, append_events adds a group of events together with the state a resumed
+    # ingest needs, finish_document marks it complete. Readers see every committed group, marked partial until the end.
+
+    def begin_document(self, doc: DocumentRecord, checkpoint: str | None = None) -> DocumentRecord:
+        with self.writer():
+            new = dataclasses.replace(doc, n_events=0, ingested_at=time.time(), id=None, status="partial",
+                                      checkpoint=checkpoint)
+            with self._transaction("writing"):
+                old_ids = self._delete_rows(doc.path) or []
+                new.id = self._insert_document(new)
+            self._update_index(old_ids, np.empty(0, dtype=np.int64), np.empty((0, self.identity.embed_dim)))
+            return new
+
+    def append_events(self, document_id: int, events: list[EventRecord], checkpoint: str | None) -> None:
+        """One group of a partial document's events and the checkpoint after it, in one transaction."""
+        vectors = self._embeddings(events)
+        with self.writer():
+            with self._transaction("writing"):
+                event_ids = [self._insert_event(document_id, ev, vec) for ev, vec in zip(events, vectors)]
+                self._conn.execute("UPDATE documents SET n_events = n_events + ?, checkpoint = ? WHERE id = ?",
+                                   (len(events), checkpoint, document_id))
+            for ev, event_id in zip(events, event_ids):
+                ev.id, ev.document_id = event_id, document_id
+            self._update_index([], np.asarray(event_ids, dtype=np.int64), vectors)
+
+    def finish_document(self, document_id: int, ingest_seconds: float) -> DocumentRecord:
+        with self.writer(), self._transaction("writing"):
+            self._conn.execute("UPDATE documents SET status = NULL, checkpoint = NULL, ingest_seconds = ?, "
+                               "ingested_at = ? WHERE id = ?", (ingest_seconds, time.time(), document_id))
+        return self.get_document(document_id)
+
+    def _insert_document(self, doc: DocumentRecord) -> int:
+        cur = self._conn.execute(
+            "INSERT INTO documents (path, display_path, kind, content_sha256, n_tokens, n_events, n_pages, n_lines, "
+            "ingest_seconds, ingested_at, segmenter, status, checkpoint) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (doc.path, doc.display_path, doc.kind, doc.content_sha256, doc.n_tokens, doc.n_events, doc.n_pages,
+             doc.n_lines, doc.ingest_seconds, doc.ingested_at, doc.segmenter,
+             None if doc.status == "complete" else doc.status, doc.checkpoint),
+        )  # fmt: skip
+        return cur.lastrowid
 
     def _insert_event(self, document_id: int, ev: EventRecord, vector: np.ndarray) -> int:
         cur = self._conn.execute(

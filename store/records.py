@@ -63,6 +63,12 @@ class DocumentRecord:
     ingested_at: float = 0.0
     id: int | None = None
     segmenter: str | None = None  # "name sha256" of the model that cut this document's events (None: format 1)
+    status: str = "complete"      # "partial" while ingest commits it group by group (or after an interruption)
+    checkpoint: str | None = None  # a partial document's resume state (JSON, engine/checkpoint.py)
+
+    @property
+    def partial(self) -> bool:
+        return self.status == "partial"
 
 
 @dataclass

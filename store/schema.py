@@ -92,6 +92,14 @@ def m005_event_section(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE events ADD COLUMN section TEXT")
 
 
+@migration
+def m006_document_checkpoints(conn: sqlite3.Connection) -> None:
+    # Ingest commits a long document in groups of events: `status` is 'partial' while it is being read (NULL: complete)
+    # and `checkpoint` holds what a resumed ingest needs to go on from the last group (engine/checkpoint.py).
+    conn.execute("ALTER TABLE documents ADD COLUMN status TEXT")
+    conn.execute("ALTER TABLE documents ADD COLUMN checkpoint TEXT")
+
+
 def _applied(conn: sqlite3.Connection) -> set[str]:
     exists = conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='_migrations'").fetchone()
     if not exists:

@@ -1,7 +1,7 @@
-"""Ingest: parse -> tokenize -> one llama.cpp pass (surprise) -> events -> embed -> atomic commit per document.
+"""Ingest: parse -> tokenize -> one llama.cpp pass (surprise) -> events -> embed -> commit, per document.
 
-Memory stays bounded by the largest single document: nothing is held across documents, and each document is
-committed (or left untouched) on its own, so one failure or a Ctrl-C never loses the documents before it.
+Nothing is held across documents, and each document is committed on its own (a long one in groups of events, with
+a checkpoint to resume from: document_pass.py), so one failure or a Ctrl-C never loses the work before it.
 """
 from __future__ import annotations
 
@@ -16,17 +16,18 @@ from typing import Protocol
 
 import numpy as np
 
-from ..store import DocumentRecord, EventRecord, Store, StoreError
-from ..store.kv_tier import block_key
+from ..store import DocumentRecord, Store, StoreError
+from .checkpoint import remove_stale_snapshots
+from .document_pass import DEFAULT_COMMIT_EVERY, DocumentPass
 from .embedder import Embedder
 from .errors import EpiError
-from .event_keys import rope_params, similarity_keys
-from .kv_capture import BlockKeeper, read_window
-from .kv_memory import ParsedBlock
+from .event_keys import rope_params
+from .kv_capture import BlockKeeper
 from .kv_mode import sink_tokens
 from .llama_backend import INGEST_BATCH, LlamaModel, LlamaSession
-from .segment import SegmentParams, StreamingSegmenter, clean_cut_mask
+from .segment import SegmentParams
 from .sources import Skipped, SourceDocument, file_sha256, load_document
+from .token_offsets import byte_to_char_offsets, token_char_offsets  # noqa: F401 - their home before document_pass
 
 
 @dataclass
@@ -76,37 +77,15 @@ def is_disk_full(exc: BaseException) -> bool:
 class IngestProgress(Protocol):
     """What the pipeline reports while it works (the CLI draws bars from it; tests may pass a recorder)."""
 
-    def document_started(self, display_path: str, n_tokens: int) -> None: ...
+    def document_started(self, display_path: str, n_tokens: int, resumed_at: int = 0) -> None: ...
     def tokens_done(self, n: int) -> None: ...
     def document_finished(self, result: IngestResult) -> None: ...
 
 
 class _Silent:
-    def document_started(self, display_path: str, n_tokens: int) -> None: ...
+    def document_started(self, display_path: str, n_tokens: int, resumed_at: int = 0) -> None: ...
     def tokens_done(self, n: int) -> None: ...
     def document_finished(self, result: IngestResult) -> None: ...
-
-
-def byte_to_char_offsets(text: str, data: bytes) -> np.ndarray:
-    """char index for every byte offset 0..len(data) of the UTF-8 encoding of `text`."""
-    raw = np.frombuffer(data, dtype=np.uint8)
-    starts = (raw & 0xC0) != 0x80
-    table = np.empty(len(raw) + 1, dtype=np.int64)
-    table[:-1] = np.cumsum(starts) - 1
-    table[-1] = len(text)
-    # A byte in the middle of a character maps to that character; a boundary byte maps to its own start.
-    return table
-
-
-def token_char_offsets(doc_text: str, token_pieces: list[bytes]) -> np.ndarray:
-    """offsets[i] = char offset where token i starts (offsets[n] = len(text)). Byte-level BPE pieces concatenate to
-    the exact input; tokenizers that normalise text (SentencePiece's leading space) are mapped proportionally."""
-    data = doc_text.encode("utf-8")
-    lengths = np.fromiter((len(p) for p in token_pieces), dtype=np.int64, count=len(token_pieces))
-    byte_offsets = np.concatenate([[0], np.cumsum(lengths)])
-    if byte_offsets[-1] == len(data) and b"".join(token_pieces) == data:
-        return byte_to_char_offsets(doc_text, data)[byte_offsets]
-    return np.round(byte_offsets / max(byte_offsets[-1], 1) * len(doc_text)).astype(np.int64)
 
 
 def ingest_context(params: SegmentParams, n_sink: int) -> int:
@@ -118,10 +97,20 @@ def ingest_context(params: SegmentParams, n_sink: int) -> int:
     return -(-cells // 256) * 256
 
 
+def _kept(document_pass: DocumentPass | None) -> str:
+    """What a failed document keeps: the groups of events committed before the failure, resumable."""
+    if document_pass is None or not document_pass.committed:
+        return ""
+    return (f" ({document_pass.committed} events committed before it are kept, marked partial; run the same command "
+            "again to resume)")
+
+
 class Ingestor:
     def __init__(self, store: Store, model: LlamaModel, embedder: Embedder, params: SegmentParams,
-                 n_threads: int | None = None, keeper: BlockKeeper | None = None, segmenter: str | None = None):
+                 n_threads: int | None = None, keeper: BlockKeeper | None = None, segmenter: str | None = None,
+                 commit_every: int = DEFAULT_COMMIT_EVERY):
         self.store = store
+        self.commit_every = commit_every  # events per committed group of a long document (its checkpoints)
         self.model = model
         self.embedder = embedder
         self.params = params
@@ -151,35 +140,43 @@ class Ingestor:
         key = str(path)
         doc: SourceDocument | None = None
         tokens = np.empty(0, dtype=np.int32)
+        document_pass: DocumentPass | None = None
         try:
             sha = file_sha256(path)
             existing = self.store.find_document(key)
-            if existing is not None and existing.content_sha256 == sha:
+            if existing is not None and not existing.partial and existing.content_sha256 == sha:
                 return IngestResult(key, display_path, "unchanged", existing.n_tokens, existing.n_events)
             doc = load_document(path, display_path)
             tokens = self.model.tokenize(doc.text)
-            progress.document_started(display_path, len(tokens))
-            events = self._segment_and_capture(doc, tokens, progress)
-            vectors = self.embedder.embed_texts([e.text for e in events])
-            for ev, vec in zip(events, vectors):
-                ev.embedding = vec
-            seconds = time.perf_counter() - start
             record = DocumentRecord(
                 path=key, display_path=display_path, kind=doc.kind, content_sha256=doc.content_sha256,
-                n_tokens=len(tokens), n_events=len(events), n_pages=doc.n_pages, n_lines=doc.n_lines,
-                ingest_seconds=seconds, segmenter=self.segmenter,
+                n_tokens=len(tokens), n_events=0, n_pages=doc.n_pages, n_lines=doc.n_lines, ingest_seconds=0.0,
+                segmenter=self.segmenter,
             )
-            self.store.replace_document(record, events)  # blocks were made durable one by one as they were kept
-            return IngestResult(key, display_path, "ingested", len(tokens), len(events), seconds)
+            document_pass = DocumentPass(self.store, self.session, self.sink, self.embedder, self.params, self.rope,
+                                         self.keeper, self.model.pieces(), doc, tokens, record, self.commit_every,
+                                         progress.tokens_done, start)
+            resume = document_pass.resumable(existing)
+            progress.document_started(display_path, len(tokens), resume[0].window.next_token if resume else 0)
+            saved = document_pass.run(resume, existing if resume else None)
+            return IngestResult(key, display_path, "ingested", len(tokens), saved.n_events, time.perf_counter() - start)
         except (StoreError, EpiError) as exc:  # SourceError is an EpiError
             self._stop_if_disk_full(exc, doc, len(tokens))
-            return IngestResult(key, display_path, "failed", seconds=time.perf_counter() - start, error=str(exc))
+            return IngestResult(key, display_path, "failed", seconds=time.perf_counter() - start,
+                                error=str(exc) + _kept(document_pass))
         except MemoryError:
-            return IngestResult(key, display_path, "failed", error="out of memory while ingesting this document")
+            return IngestResult(key, display_path, "failed",
+                                error="out of memory while ingesting this document" + _kept(document_pass))
         except Exception as exc:  # noqa: BLE001 - one document's unexpected failure must not stop the others
             self._stop_if_disk_full(exc, doc, len(tokens))
+            kept = _kept(document_pass) or " (nothing of this file was stored)"
             return IngestResult(key, display_path, "failed", seconds=time.perf_counter() - start,
-                                error=f"unexpected {type(exc).__name__}: {exc} (nothing of this file was stored)")
+                                error=f"unexpected {type(exc).__name__}: {exc}{kept}")
+
+    def finish_run(self) -> None:
+        """After the last file: window files of documents that are no longer partial go."""
+        partial = {d.id for d in self.store.documents() if d.partial}
+        remove_stale_snapshots(self.store.path, partial)
 
     def _stop_if_disk_full(self, exc: BaseException, doc: SourceDocument | None, n_tokens: int) -> None:
         """Out of space, every later file would fail the same way: end the run here with what it would take."""
@@ -204,58 +201,6 @@ class Ingestor:
         events = n_tokens // max(self.params.min_tokens, 1) + 1
         sqlite = 2 * (2 * text + events * EMBEDDING_ROW_BYTES)
         return max(int(kv + sqlite), MB)
-
-    def _segment_and_capture(self, doc: SourceDocument, tokens: np.ndarray, progress: IngestProgress
-                             ) -> list[EventRecord]:
-        """The llama.cpp pass; events are cut as soon as their surprise is known, while their KV is still in the
-        window, and their blocks captured then. Refining an event reads the window's keys of [start, start +
-        max_tokens) once; the event's own block is then cut from that read instead of reading the cache again."""
-        table = self.model.pieces()
-        token_pieces = [table[t] for t in tokens]
-        clean = clean_cut_mask(token_pieces)
-        offsets = token_char_offsets(doc.text, token_pieces)
-        spans: list[tuple[int, int]] = []
-        refine_reads: dict[int, ParsedBlock] = {}  # event start -> the window read that refined its end
-        segmenter: StreamingSegmenter | None = None
-
-        def keys_of(a: int, b: int) -> np.ndarray:
-            refine_reads[a] = read_window(self.session, a, b)
-            return similarity_keys(refine_reads[a], self.rope)
-
-        def on_decoded(surprise: np.ndarray, known: int) -> int:
-            nonlocal segmenter
-            segmenter = segmenter or StreamingSegmenter(surprise, clean, self.params, keys_of)
-            for a, b in segmenter.advance(known):
-                self._keep_block(refine_reads.pop(a, None), a, b, block_key(doc.content_sha256, int(offsets[a]),
-                                                                            int(offsets[b])))
-                spans.append((a, b))
-            return segmenter.start
-
-        surprise = self.session.surprise_pass(tokens, self.sink, self.params.local, progress.tokens_done, on_decoded)
-        events = []
-        for ordinal, (a, b) in enumerate(spans):
-            c0, c1 = int(offsets[a]), int(offsets[b])
-            page_start, page_end, line_start, line_end = doc.locate(c0, c1)
-            s = surprise[a:b]
-            events.append(EventRecord(
-                ordinal=ordinal, token_start=a, token_end=b, char_start=c0, char_end=c1,
-                page_start=page_start, page_end=page_end, line_start=line_start, line_end=line_end,
-                surprise_mean=float(s.mean()), surprise_max=float(s.max()), text=doc.text[c0:c1],
-                section=doc.section(c0, c1),
-            ))
-        return events
-
-    def _keep_block(self, refine_read: ParsedBlock | None, a: int, b: int, key: bytes) -> None:
-        """Offer event [a, b)'s KV block (and its representative keys) to the segmenter's tier, unless the tier holds
-        it already (a resumed or repeated ingest of the same text computes the same block under the same key)."""
-        if self.keeper is None or self.keeper.has(key):
-            return
-        pos = self.session.cache_pos
-        if refine_read is not None:
-            block = refine_read.cells_in(pos(a), pos(b - 1) + 1)
-        else:
-            block = read_window(self.session, a, b)
-        self.keeper.offer(key, block, on_use=False)
 
     def close(self) -> None:
         self.session.close()

@@ -193,6 +193,16 @@ class LlamaModel:
             pass
 
 
+@dataclass(frozen=True)
+class WindowState:
+    """Where the ingest pass stands between two batches (what a checkpoint must restore besides the cells)."""
+
+    next_token: int   # first document token of the next batch
+    cached: int       # cells in sequence 0 (== the next position)
+    offset: int       # document token t sits at cache position len(sink) + t - offset
+    keep_from: int    # first document token the window must not evict (an undecided event's start)
+
+
 class LlamaSession:
     """One llama.cpp context on a model: unified KV cache, F16 K/V, flash attention off (recorded by the store, since
     stored KV blocks only load into an identical setup), and a reusable token batch."""
@@ -277,6 +287,9 @@ class LlamaSession:
         local: int,
         on_progress: Callable[[int], None] | None = None,
         on_decoded: Callable[[np.ndarray, int], int] | None = None,
+        on_batch: Callable[[WindowState], None] | None = None,
+        resume: tuple[WindowState, bytes] | None = None,
+        surprise: np.ndarray | None = None,
     ) -> np.ndarray:
         """One pass over a document after the `sink` tokens, with a sliding window that keeps the sink in place
         (attention sinks, EM-LLM 3.1 / StreamingLLM), returning each token's surprise -log p(x_t | x_<t) (EM-LLM
@@ -290,18 +303,27 @@ class LlamaSession:
 
         After each batch, `on_decoded(surprise, known)` may act on the cache (capture event blocks: document token t
         sits at cache position `cache_pos(t)`); surprise[:known] is final and tokens < known - 1 are decoded. It
-        returns the first document token that must stay in the cache; the window never evicts from there on."""
+        returns the first document token that must stay in the cache; the window never evicts from there on.
+
+        Checkpoints: between batches (not after the last), `on_batch(state)` may save the window (`window_blob()`)
+        with `state`; `resume=(state, blob)` restores them and goes on from `state.next_token`, with `surprise`
+        (the caller's array) holding the values the caller still needs before it."""
         n = len(tokens)
-        surprise = np.zeros(n, dtype=np.float32)
-        self._hold_sink(sink)
-        self._offset = 0  # document token t sits at cache position len(sink) + t - offset (positions stay compact)
-        if n == 0:
-            return surprise
-        surprise[0] = native.surprise(self._sink_logits[None, :], tokens[:1])[0]  # the sink predicts token 0
+        surprise = np.zeros(n, dtype=np.float32) if surprise is None else surprise
         n_vocab = self.model.info.n_vocab
-        keep_from = 0
-        cached = self._sink_len  # cells in the cache == next position
-        for a in range(0, n, INGEST_BATCH):
+        if resume is None:
+            self._hold_sink(sink)
+            self._offset = 0  # document token t sits at cache position len(sink) + t - offset (positions stay compact)
+            if n == 0:
+                return surprise
+            surprise[0] = native.surprise(self._sink_logits[None, :], tokens[:1])[0]  # the sink predicts token 0
+            start, keep_from, cached = 0, 0, self._sink_len  # cached: cells in the cache == next position
+        else:
+            state, blob = resume
+            self._restore_window(sink, blob)
+            self._offset = state.offset
+            start, keep_from, cached = state.next_token, state.keep_from, state.cached
+        for a in range(start, n, INGEST_BATCH):
             b = min(a + INGEST_BATCH, n)
             cached = self._slide_window(cached, b - a, keep_from, local)
             # Row i predicts token a+i+1; the document's last token predicts nothing.
@@ -318,7 +340,28 @@ class LlamaSession:
                 keep_from = on_decoded(surprise, b + 1 if b < n else n)
             if on_progress:
                 on_progress(b - a)
+            if on_batch and b < n:
+                on_batch(WindowState(next_token=b, cached=cached, offset=self._offset, keep_from=keep_from))
         return surprise
+
+    def window_blob(self) -> bytes:
+        """llama.cpp's state of sequence 0 (the sink and the window, K, V and positions) between two batches."""
+        n = L.llama_state_seq_get_size(self.ctx, 0)
+        buf = (ctypes.c_uint8 * n)()
+        got = L.llama_state_seq_get_data(self.ctx, buf, n, 0)
+        if got != n:
+            raise EpiError(f"llama.cpp could not read the ingest window ({got} of {n} bytes)")
+        return bytes(buf)
+
+    def _restore_window(self, sink: np.ndarray, blob: bytes) -> None:
+        """The cache as a checkpoint left it: the same cells at the same positions (sink included)."""
+        self.clear()
+        data = (ctypes.c_uint8 * len(blob)).from_buffer_copy(blob)
+        if L.llama_state_seq_set_data(self.ctx, data, len(blob), 0) != len(blob):
+            self.clear()
+            raise EpiError("the saved ingest window does not fit this model or context; the document starts over")
+        # The sink's cells are back but not its logits (only token 0 needs them): the next document decodes it anew.
+        self._sink, self._sink_len = None, len(sink)
 
     def _hold_sink(self, sink: np.ndarray) -> None:
         """Leave only the sink's cells in the cache: decoded once, then kept while documents come and go."""

@@ -166,6 +166,19 @@ class StreamingSegmenter:
         self.candidate[found[found >= self._scored]] = True
         self._scored = known
 
+    def state(self) -> tuple[int, int, list[int]]:
+        """What a checkpoint keeps: the undecided event's start, how far candidates are scored, and the candidates
+        from the start on (the decisions ahead read nothing before the start)."""
+        found = np.flatnonzero(self.candidate[self.start : self._scored]) + self.start
+        return self.start, self._scored, [int(t) for t in found]
+
+    def restore(self, start: int, scored: int, candidates: list[int]) -> None:
+        """Continue from `state()` (the caller restores the surprise values the scoring window reads: from
+        min(start, scored - tau))."""
+        self.start, self._scored = start, scored
+        self.candidate[:] = False
+        self.candidate[np.asarray(candidates, dtype=np.int64)] = True
+
     def advance(self, known: int) -> list[tuple[int, int]]:
         """Events [(start, end), ...] that can be decided now that surprise[:known] is final (known == n: all)."""
         p = self.params

@@ -17,6 +17,7 @@ from .embedder import EMBED_DIM, EMBEDDER_NAME, Embedder
 from .errors import EpiError
 from .evidence import Support, support
 from .evidence import narrow as evidence_narrow
+from .document_pass import DEFAULT_COMMIT_EVERY
 from .ingest import Ingestor
 from .kv_capture import DEFAULT_KIND, BlockKeeper, tier_config
 from .kv_mode import KVModeAnswerer, PrepareProgress, episodic_weights
@@ -136,13 +137,15 @@ class Workspace:
         config = tier_config(self.model, self.prepared.sha256, kind or store.kv_block_kind)
         return BlockKeeper(store.kv_space().tier(config), self.model, self.warn)
 
-    def ingestor(self, store: Store, params: SegmentParams, kv_kind: str | None = DEFAULT_KIND) -> Ingestor:
-        """The ingest pass fills the segmenter's own tier with `kv_kind` blocks (None or a budget of 0: none)."""
+    def ingestor(self, store: Store, params: SegmentParams, kv_kind: str | None = DEFAULT_KIND,
+                 commit_every: int = DEFAULT_COMMIT_EVERY) -> Ingestor:
+        """The ingest pass fills the segmenter's own tier with `kv_kind` blocks (None or a budget of 0: none); a long
+        document is committed every `commit_every` events (its checkpoints)."""
         keeper = None
         if kv_kind is not None and store.kv_budget > 0:
             keeper = self.block_keeper(store, kv_kind)
         return Ingestor(store, self.model, self.embedder, params, self.threads, keeper,
-                        segmenter=f"{self.model.info.name} {self.prepared.sha256}")
+                        segmenter=f"{self.model.info.name} {self.prepared.sha256}", commit_every=commit_every)
 
     @property
     def answer_context(self) -> int:

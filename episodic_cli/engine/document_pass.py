@@ -1,0 +1,157 @@
+"""One document through the llama.cpp pass, committed in groups of events (checkpoints) so that hours of work on a
+long document survive an interruption, and resumable from the last group.
+
+Events are cut as soon as their surprise is known, while their KV is still in the window, and their blocks kept
+then (EM-LLM's segmentation, `segment.StreamingSegmenter`). Every `commit_every` events the pass commits the group:
+its events are embedded and appended to the store with a checkpoint (checkpoint.py) in one transaction. A document
+that ends before its first group is full is committed in one transaction instead, replacing any earlier version
+atomically (most files); a longer one becomes a 'partial' document at its first group (an earlier version is then
+replaced) and complete after its last.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+import time
+
+import numpy as np
+
+from ..store import DocumentRecord, EventRecord, Store
+from ..store.kv_tier import block_key
+from .checkpoint import Checkpoint, read_snapshot, remove_older_snapshots, snapshot_path, write_snapshot
+from .embedder import Embedder
+from .event_keys import RopeParams, similarity_keys
+from .kv_capture import BlockKeeper, read_window
+from .kv_memory import ParsedBlock
+from .llama_backend import LlamaSession, WindowState
+from .segment import SegmentParams, StreamingSegmenter, clean_cut_mask
+from .sources import SourceDocument
+from .token_offsets import token_char_offsets
+
+DEFAULT_COMMIT_EVERY = 64
+
+
+class DocumentPass:
+    def __init__(self, store: Store, session: LlamaSession, sink: np.ndarray, embedder: Embedder,
+                 params: SegmentParams, rope: RopeParams, keeper: BlockKeeper | None, pieces: list[bytes],
+                 doc: SourceDocument, tokens: np.ndarray, record: DocumentRecord, commit_every: int,
+                 on_progress: Callable[[int], None], started: float):
+        self.store, self.session, self.sink, self.embedder = store, session, sink, embedder
+        self.params, self.rope, self.keeper = params, rope, keeper
+        self.doc, self.tokens, self.record = doc, tokens, record
+        self.commit_every = max(1, commit_every)
+        self.on_progress = on_progress
+        self.started = started  # perf_counter() when this run took the document up (ingest_seconds)
+        token_pieces = [pieces[t] for t in tokens]
+        self.clean = clean_cut_mask(token_pieces)
+        self.offsets = token_char_offsets(doc.text, token_pieces)
+        del token_pieces
+        self.surprise = np.zeros(len(tokens), dtype=np.float32)
+        self.segmenter = StreamingSegmenter(self.surprise, self.clean, params, self._keys_of)
+        self.pending: list[tuple[int, int]] = []     # decided events not committed yet
+        self.committed = 0                            # events committed (the next ordinal)
+        self.document: DocumentRecord | None = None   # the partial document once its first group is committed
+        self._refine_reads: dict[int, ParsedBlock] = {}  # event start -> the window read that refined its end
+
+    # -- what a checkpoint is valid for --------------------------------------------------------------------------
+
+    def valid_for(self) -> dict:
+        return {"content_sha256": self.doc.content_sha256, "n_tokens": int(len(self.tokens)),
+                "params": self.params.as_dict(), "segmenter": self.record.segmenter}
+
+    def resumable(self, existing: DocumentRecord | None) -> tuple[Checkpoint, bytes] | None:
+        """The checkpoint of a partial document of this very content, pass and model, with its window file."""
+        if existing is None or not existing.partial:
+            return None
+        checkpoint = Checkpoint.from_json(existing.checkpoint)
+        if checkpoint is None or checkpoint.valid_for != self.valid_for() or checkpoint.n_events != existing.n_events:
+            return None
+        blob = read_snapshot(snapshot_path(self.store.path, existing.id, checkpoint.window.next_token))
+        return None if blob is None else (checkpoint, blob)
+
+    # -- the pass ----------------------------------------------------------------------------------------------------
+
+    def run(self, resume: tuple[Checkpoint, bytes] | None = None, document: DocumentRecord | None = None
+            ) -> DocumentRecord:
+        """Read the document (from `resume`'s checkpoint of the partial `document`, if given) and commit it."""
+        window = None
+        if resume is not None:
+            checkpoint, blob = resume
+            self.document, self.committed = document, checkpoint.n_events
+            self.segmenter.restore(checkpoint.segmenter_start, checkpoint.scored, checkpoint.candidates)
+            tail = checkpoint.unpack_surprise()
+            self.surprise[checkpoint.surprise_from : checkpoint.surprise_from + len(tail)] = tail
+            window = (checkpoint.window, blob)
+        self.session.surprise_pass(self.tokens, self.sink, self.params.local, self.on_progress, self._on_decoded,
+                                   self._on_batch, window, self.surprise)
+        events = self._events(self.pending)
+        seconds = time.perf_counter() - self.started
+        if self.document is None:  # short enough for one transaction: replaces any earlier version atomically
+            return self.store.replace_document(replace(self.record, n_events=len(events), ingest_seconds=seconds),
+                                               events)
+        self.store.append_events(self.document.id, events, None)
+        return self.store.finish_document(self.document.id, seconds)
+
+    def _keys_of(self, a: int, b: int) -> np.ndarray:
+        self._refine_reads[a] = read_window(self.session, a, b)
+        return similarity_keys(self._refine_reads[a], self.rope)
+
+    def _on_decoded(self, surprise: np.ndarray, known: int) -> int:
+        for a, b in self.segmenter.advance(known):
+            self._keep_block(self._refine_reads.pop(a, None), a, b)
+            self.pending.append((a, b))
+        return self.segmenter.start
+
+    def _keep_block(self, refine_read: ParsedBlock | None, a: int, b: int) -> None:
+        """Offer event [a, b)'s KV block (and its representative keys) to the segmenter's tier, unless the tier holds
+        it already (a resumed or repeated ingest of the same text computes the same block under the same key)."""
+        key = block_key(self.doc.content_sha256, int(self.offsets[a]), int(self.offsets[b]))
+        if self.keeper is None or self.keeper.has(key):
+            return
+        pos = self.session.cache_pos
+        block = refine_read.cells_in(pos(a), pos(b - 1) + 1) if refine_read is not None else read_window(
+            self.session, a, b)
+        self.keeper.offer(key, block, on_use=False)
+
+    def _on_batch(self, state: WindowState) -> None:
+        if len(self.pending) >= self.commit_every:
+            self._checkpoint(state)
+
+    def _checkpoint(self, state: WindowState) -> None:
+        """Commit the pending events with the state to go on from `state`: the window file first, then one
+        transaction that names it."""
+        events = self._events(self.pending)
+        if self.document is None:
+            self.document = self.store.begin_document(self.record)
+        start, scored, candidates = self.segmenter.state()
+        surprise_from = max(0, min(start, scored - self.params.tau))
+        checkpoint = Checkpoint(
+            window=state, n_events=self.committed + len(events), segmenter_start=start, scored=scored,
+            candidates=candidates, surprise_from=surprise_from,
+            surprise=Checkpoint.pack_surprise(self.surprise[surprise_from : state.next_token + 1]),
+            valid_for=self.valid_for())
+        path = snapshot_path(self.store.path, self.document.id, state.next_token)
+        write_snapshot(path, self.session.window_blob())
+        self.store.append_events(self.document.id, events, checkpoint.to_json())
+        remove_older_snapshots(path)
+        self.committed += len(events)
+        self.pending = []
+
+    def _events(self, spans: list[tuple[int, int]]) -> list[EventRecord]:
+        """The records of decided events, embedded (per group: memory does not grow with the document)."""
+        events = []
+        for ordinal, (a, b) in enumerate(spans, self.committed):
+            c0, c1 = int(self.offsets[a]), int(self.offsets[b])
+            page_start, page_end, line_start, line_end = self.doc.locate(c0, c1)
+            s = self.surprise[a:b]
+            events.append(EventRecord(
+                ordinal=ordinal, token_start=a, token_end=b, char_start=c0, char_end=c1,
+                page_start=page_start, page_end=page_end, line_start=line_start, line_end=line_end,
+                surprise_mean=float(s.mean()), surprise_max=float(s.max()), text=self.doc.text[c0:c1],
+                section=self.doc.section(c0, c1),
+            ))
+        if events:
+            for ev, vec in zip(events, self.embedder.embed_texts([e.text for e in events])):
+                ev.embedding = vec
+        return events
