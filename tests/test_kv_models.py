@@ -43,8 +43,10 @@ def second_model(tmp_path_factory):
 
 
 def ask(store_dir, *extra: str) -> dict:
+    """`epi ask --whole`: the events read whole, i.e. from their KV blocks (by default an answer reads only the
+    sentences that match the question best, decoded as text: engine/evidence.py)."""
     result = runner.invoke(app, ["ask", TEXT_QUESTION, "--store", str(store_dir), "-k", "1", "--neighbours", "1",
-                                 "--json", *extra])
+                                 "--json", "--whole", *extra])
     assert result.exit_code == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -107,7 +109,7 @@ def test_a_materialised_block_loads_back_to_the_logits_of_its_prefill(engine, sh
         st.set_kv_block_kind("f16")  # a tier of its own, empty: every retrieved event is cold
         results = []
         for _ in range(2):
-            result, stream = ws.ask(st, TEXT_QUESTION, k=2, neighbours=1, mode="kv")
+            result, stream = ws.ask(st, TEXT_QUESTION, k=2, neighbours=1, mode="kv", narrow=False)
             list(stream)
             results.append(result.answer)
             ws.answerer("kv", st).reset()

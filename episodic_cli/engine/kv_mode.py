@@ -120,6 +120,9 @@ class KVModeAnswerer:
         self._layout = self._layout[:keep]
         cold: list[tuple[_Part, np.ndarray]] = []  # events waiting to be prefilled together, in order
         stored = {id(p): self._read(p) for p in parts[keep:] if p.retrieved is not None}
+        for p in parts[keep:]:  # used now: before a cold event's block is offered, which may evict the oldest ones
+            if stored.get(id(p)) is not None:
+                self.tier.touch(p.block_key)
         cold_tokens = {id(p): self._event_tokens(p) for p in parts[keep:] if id(p) in stored and stored[id(p)] is None}
         self._cold_total, self._cold_done = sum(map(len, cold_tokens.values())), 0
         for i, part in enumerate(parts[keep:], keep):
@@ -222,7 +225,6 @@ class KVModeAnswerer:
         except KVFormatError as exc:
             self._discard(part, str(exc))
             return None
-        self.tier.touch(part.block_key)
         return end
 
     def _prepare_cold(self, cold: list[tuple[_Part, np.ndarray]], pos: int, answer: Answer) -> int:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import heapq
 import os
 import shutil
 from collections.abc import Callable, Iterator
@@ -154,6 +155,10 @@ class KVSpace:
         self._used: int | None = None     # bytes of block files, counted from the files under the lock
         self._stamp_seen: bytes | None = None
         self._lock_depth = 0
+        # Eviction order: a heap of (mtime, path), built from one scan when first needed and kept up to date by this
+        # process (its writes pushed, touched files re-queued when popped); rebuilt when another process changed the
+        # space. Scanning every file per eviction cost 1.3 s at 45,000 blocks (bench/kv_space.py).
+        self._lru: list[tuple[float, str]] | None = None
 
     def tier(self, config: TierConfig) -> Tier:
         return Tier(self, config)
@@ -231,6 +236,7 @@ class KVSpace:
                     tmp.unlink(missing_ok=True)
                 self._used = sum(f.size for f in self.block_files())
                 self._stamp_seen = stamp
+                self._lru = None
             yield
         finally:
             self._lock_depth = 0
@@ -285,17 +291,28 @@ class KVSpace:
                 raise
             self._used += written
             self._changed()
+            if self._lru is not None:
+                heapq.heappush(self._lru, (path.stat().st_mtime, str(path)))
             return Admission.WRITTEN
 
     def _evict(self, need: int) -> int:
         """Remove least recently used blocks until `need` bytes are free; returns the bytes removed."""
+        if self._lru is None:
+            self._lru = [(f.mtime, str(f.path)) for f in self.block_files()]
+            heapq.heapify(self._lru)
         freed = 0
         victims = []
-        for f in sorted(self.block_files(), key=lambda f: f.mtime):
-            if freed >= need:
-                break
-            victims.append(f.path)
-            freed += f.size
+        while freed < need and self._lru:
+            mtime, name = heapq.heappop(self._lru)
+            try:
+                st = os.stat(name)
+            except FileNotFoundError:  # removed meanwhile (clean-up, a damaged block)
+                continue
+            if st.st_mtime != mtime:  # used since it was queued: it goes back in its new place
+                heapq.heappush(self._lru, (st.st_mtime, name))
+                continue
+            victims.append(Path(name))
+            freed += st.st_size
         return self._remove(victims)
 
     def _remove(self, paths: list[Path]) -> int:
