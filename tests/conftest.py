@@ -204,3 +204,19 @@ def tier_block(st, event, document):
 
 def tier_block_paths(store_dir) -> list[Path]:
     return sorted((Path(store_dir) / "kv").glob("*/blocks/*/*.ekvb"))
+
+
+def assert_one_line_error(result, *needles: str, code: int = 1, stdout_empty: bool = True) -> str:
+    """A CLI result that failed as a user must see it: exit `code`, exactly one `error:` line on stderr holding the
+    needles, no traceback (and nothing on stdout unless the command had printed results before failing)."""
+    assert result.exit_code == code, (result.exit_code, result.output)
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert "Traceback" not in result.output
+    err = result.stderr.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("error: "), err
+    for n in needles:
+        assert n in err, (n, err)
+    if stdout_empty:
+        assert result.stdout == ""
+    return err

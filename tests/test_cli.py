@@ -11,7 +11,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from conftest import TEXT_FACT
+from conftest import TEXT_FACT, assert_one_line_error
 from pdf_fixture import make_encrypted_pdf, make_pdf
 from episodic_cli.app import app
 from episodic_cli.store import Store
@@ -23,17 +23,6 @@ def invoke(*args: str):
     return runner.invoke(app, [str(a) for a in args])
 
 
-def assert_one_line_error(result, *needles: str, code: int = 1) -> str:
-    """Non-zero exit, nothing on stdout, exactly one `error:` line on stderr holding the needles, no traceback."""
-    assert result.exit_code == code, (result.exit_code, result.output)
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    assert "Traceback" not in result.output
-    err = result.stderr.strip()
-    assert len(err.splitlines()) == 1, err
-    assert err.startswith("error: "), err
-    for n in needles:
-        assert n in err, (n, err)
-    assert result.stdout == ""
     return err
 
 
