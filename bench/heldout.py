@@ -88,6 +88,8 @@ def ask(ws: Workspace, store, question: dict, mode: str, warnings: list[str]) ->
                            max_tokens=ANSWER_MAX_TOKENS, mode=mode)
     row = {"qid": question["qid"], **row, "retrieved_tokens": sum(r.n_tokens for r in result.retrieved)}
     row.update(score_answer(row["answer"], question["answer"]))
+    row["supported"] = bool(result.support().supported)  # evidence quotes hold the answer's own words
+    row["read"] = [result.retrieved[i].event.text[a:b] for i, spans in result.focus or [] for a, b in spans]
     return row
 
 
@@ -136,8 +138,11 @@ def write_markdown(result: dict, path: Path) -> None:
              f"{result['load_start']}, at the end {result['load_end']}. How to run and where the sets come from: "
              "`bench/README.md`. Rows: `heldout.json` beside this file.", "",
              "Both modes answer every question through `Workspace.ask` (hybrid retrieval, k=3, +-1 neighbour "
-             f"events, best hit last), greedy, at most {ANSWER_MAX_TOKENS} tokens; **text** re-reads the retrieved "
-             "events, **kv** loads their stored q8_0 KV blocks and decodes only the question. Cells: contains-match "
+             f"events, best hit last), greedy, at most {ANSWER_MAX_TOKENS} tokens. The answer reads the 2 sentences "
+             "of the retrieved events that share the question's rarest words (engine/evidence.py; all the events "
+             "when none does): **text** decodes the whole prompt, **kv** loads the prompt's cached sink and decodes "
+             "the sentences and the question behind it (its stored q8_0 blocks when nothing was narrowed). "
+             "`supported` = answers whose own words the quoted sentences hold (evidence.support). Cells: contains-match "
              "(the normalized gold answer inside the normalized answer) / token F1. `src` = the gold excerpt lies "
              "inside the retrieved events (both modes retrieve the same events). `first token` = median seconds "
              "from the question to the first answer token.", "",
@@ -172,8 +177,15 @@ def write_markdown(result: dict, path: Path) -> None:
     if stale:
         lines += ["", "Not scored (their gold excerpt is not in this machine's copy of the documents): "
                   + "; ".join(stale) + "."]
+    rows = {m: [r for s in result["sets"] for r in s.get("rows", []) if r["mode"] == m] for m in MODES}
+    sup = {m: (sum(r.get("supported", False) for r in rows[m]),
+               sum(bool(r.get("supported")) and bool(r["contains"]) for r in rows[m]),
+               sum(not r.get("supported") and bool(r["contains"]) for r in rows[m])) for m in MODES}
     lines += ["", f"All sets: text {int(sum(total['text']))} of {n}, kv {int(sum(total['kv']))} of {n} correct "
-              "(contains-match).", "", "## Every question", "",
+              "(contains-match).", "",
+              "Answers marked supported by their evidence quotes: " + "; ".join(
+                  f"{m} {sup[m][0]} of {len(rows[m])} ({sup[m][1]} of them correct; {sup[m][2]} correct answers "
+                  "not marked supported)" for m in MODES) + ".", "", "## Every question", "",
               "| qid | question | gold | src | text answer | kv answer |", "|---|---|---|---|---|---|"]
     for s in result["sets"]:
         for q in s.get("questions", []):

@@ -140,3 +140,12 @@ def test_narrowed_answer_reads_the_fact_sentence_and_quotes_its_page(engine, sha
                 assert e["page"] == PDF_FACT_PAGE
         assert payload["supported"] == bool(result.support().supported)
     ws.close()
+
+
+def test_an_empty_answer_has_no_quotes_and_is_not_supported():
+    from episodic_cli.engine.answer import Answer
+    from episodic_cli.engine.workspace import AskResult
+
+    result = AskResult("Where did Orla Venn hide the brass key?", "kv", [_retrieved(PROSE, line=1)], Answer())
+    assert result.support().evidence == [] and not result.support().supported
+    assert result.as_json()["evidence"] == [] and result.as_json()["supported"] is False

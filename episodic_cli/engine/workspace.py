@@ -50,9 +50,10 @@ class AskResult:
     def support(self) -> Support:
         """The quotes of the sources that support the answer (computed once the answer is complete)."""
         text = self.answer.text.strip()
-        if getattr(self, "_support", (None, ""))[1] != text:
-            self._support = (support(self.question, text, self.retrieved), text)
-        return self._support[0]
+        cached = self.__dict__.get("_support")
+        if cached is None or cached[1] != text:  # an empty answer too is computed once, not skipped
+            cached = self.__dict__["_support"] = (support(self.question, text, self.retrieved), text)
+        return cached[0]
 
     def evidence_json(self) -> list[dict]:
         return [{"event_id": self.retrieved[e.index].event.id, "document": self.retrieved[e.index].document.display_path,
