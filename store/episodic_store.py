@@ -559,7 +559,7 @@ class Store:
             log.warning("store %s: incremental index update failed (%s); rebuilding", self.path, e)
             self._index = self._rebuild_index()
         self._index_dirty = True
-        if self._lock_fd is None or time.monotonic() - self._index_saved_at >= INDEX_SAVE_INTERVAL_S:
+        if time.monotonic() - self._index_saved_at >= INDEX_SAVE_INTERVAL_S:  # else when the writer lets go
             self._save_index()
 
     # ----------------------------------------------------------------------------------------------- reading

@@ -22,6 +22,11 @@ def encode_rep_keys(keys: np.ndarray | None) -> bytes | None:
     return _HEAD.pack(*keys.shape) + np.ascontiguousarray(keys, dtype="<f2").tobytes()
 
 
+def encoded_size(keys: np.ndarray | None) -> int:
+    """len(encode_rep_keys(keys)), without encoding them (what a block file will hold for them)."""
+    return 0 if keys is None else _HEAD.size + 2 * int(np.asarray(keys).size)
+
+
 def decode_rep_keys(blob: bytes | None) -> np.ndarray | None:
     """A read-only float16 view of the stored bytes, or None."""
     if blob is None:

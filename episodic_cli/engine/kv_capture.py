@@ -29,7 +29,7 @@ def tier_config(model: LlamaModel, model_sha256: str, kind: str) -> TierConfig:
 
 def read_window(session: LlamaSession, start: int, end: int) -> ParsedBlock:
     """The cells of document tokens [start, end) in the ingest window (sequence 0 of `surprise_pass`)."""
-    return parse_state_blob(capture_block(session, 0, session.cache_pos(start), session.cache_pos(end - 1) + 1))
+    return read_cells(session, session.cache_pos(start), session.cache_pos(end - 1) + 1)
 
 
 def read_cells(session: LlamaSession, p0: int, p1: int) -> ParsedBlock:

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..rep_keys import encode_rep_keys
+from ..rep_keys import encoded_size
 from .block_file import (
     BLOCK_SUFFIX,
     TMP_SUFFIX,
@@ -263,7 +263,7 @@ class KVSpace:
     def _admit(self, tier: Tier, key: bytes, block_type: BlockType, n_tokens: int, payload: bytes | np.ndarray,
                rep_keys: np.ndarray | None, on_use: bool) -> Admission:
         payload_len = payload.nbytes if isinstance(payload, np.ndarray) else len(payload)
-        size = block_file_bytes(payload_len, len(encode_rep_keys(rep_keys) or b""))
+        size = block_file_bytes(payload_len, encoded_size(rep_keys))
         path = tier.path_of(key)
         with self._locked():
             if path.exists():
