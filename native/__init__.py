@@ -6,9 +6,11 @@ import numpy as np
 from typing import Literal
 
 from ._kernels import assemble_state_blob as _assemble_state_blob
+from ._kernels import block_scores as _block_scores
 from ._kernels import dequantize as _dequantize
 from ._kernels import quantize as _quantize
 from ._kernels import scale_rows as _scale_rows
+from ._kernels import select_blocks as _select_blocks
 from ._kernels import surprise as _surprise
 
 QuantKind = Literal["f16", "q8_0", "q4_0"]
@@ -97,3 +99,39 @@ def assemble_state_blob(kind: QuantKind, positions: np.ndarray, k_rows: np.ndarr
     _assemble_state_blob(kind, positions, k_rows, v_rows, n_layer, n_cells, n_embd_k, n_embd_v, v_trans, src_seq,
                          cell_seq, float(v_scale), out)
     return out
+
+
+def block_scores(query: np.ndarray, rep_keys: np.ndarray, rep_count: np.ndarray) -> np.ndarray:
+    """float32 [n_layer, n_blocks]: how well each layer's question query (float32 [n_layer, n_head, head_dim],
+    unrotated) matches each block's representative keys (float16 [n_blocks, n_layer, n_rep, n_head_kv * head_dim],
+    unrotated; the first rep_count[b] rows of block b are real): the mean over those keys of the head-summed dot
+    products, KV heads shared by their query-head groups. Reference: reference.block_scores."""
+    query = np.ascontiguousarray(query, dtype=np.float32)
+    rep_keys = np.ascontiguousarray(rep_keys, dtype=np.float16)
+    rep_count = np.ascontiguousarray(rep_count, dtype=np.int32)
+    if query.ndim != 3 or rep_keys.ndim != 4 or rep_keys.shape[1] != query.shape[0]:
+        raise ValueError(f"block_scores: need query [n_layer, n_head, head_dim] and rep_keys [n_blocks, n_layer, n_rep, "
+                         f"n_embd_k], got {query.shape} and {rep_keys.shape}")
+    n_layer, n_head, head_dim = query.shape
+    n_blocks, _, n_rep, n_embd_k = rep_keys.shape
+    if n_embd_k % head_dim or rep_count.shape != (n_blocks,):
+        raise ValueError(f"block_scores: n_embd_k {n_embd_k} is not a multiple of head_dim {head_dim}, or rep_count "
+                         f"is not [n_blocks]")
+    out = np.empty((n_layer, n_blocks), dtype=np.float32)
+    _block_scores(query, rep_keys.view(np.uint16), rep_count, n_layer, n_head, n_embd_k // head_dim, head_dim,
+                  n_blocks, n_rep, out)
+    return out
+
+
+def select_blocks(scores: np.ndarray, n_tokens: np.ndarray, budget: int) -> np.ndarray:
+    """bool [n_layer, n_blocks]: per layer, the best-scoring blocks that fit in `budget` tokens together (greedy by
+    falling score, ties to the lower index, a block too big for what is left is passed over). Reference:
+    reference.select_blocks."""
+    scores = np.ascontiguousarray(scores, dtype=np.float32)
+    n_tokens = np.ascontiguousarray(n_tokens, dtype=np.int32)
+    if scores.ndim != 2 or n_tokens.shape != (scores.shape[1],):
+        raise ValueError(f"select_blocks: need scores [n_layer, n_blocks] and n_tokens [n_blocks], got {scores.shape} "
+                         f"and {n_tokens.shape}")
+    out = np.empty(scores.shape, dtype=np.uint8)
+    _select_blocks(scores, n_tokens, scores.shape[0], scores.shape[1], int(budget), out)
+    return out.astype(bool)

@@ -94,3 +94,34 @@ def scale_rows(x: np.ndarray, factors: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------------------------- state blob assembly
 # assemble_state_blob has no twin here: its reference is episodic_cli.engine.kv_memory's own numpy path,
 # build_state_blob(decode_block(payload, v_scale=s)), which tests/test_native_assemble.py compares byte for byte.
+
+
+# ---------------------------------------------------------------------------------- per-layer block selection
+def block_scores(query: np.ndarray, rep_keys: np.ndarray, rep_count: np.ndarray) -> np.ndarray:
+    """EM-LLM 3.4 / InfLLM block relevance, in float64: scores[l, b] = mean over block b's first rep_count[b]
+    representative keys k of sum_h query[l, h] . k[g(h)], where KV head g(h) = h // (n_head // n_head_kv)."""
+    q = np.asarray(query, dtype=np.float64)
+    n_layer, n_head, head_dim = q.shape
+    keys = np.asarray(rep_keys, dtype=np.float16).astype(np.float64)
+    n_blocks, _, n_rep, n_embd_k = keys.shape
+    keys = keys.reshape(n_blocks, n_layer, n_rep, n_embd_k // head_dim, head_dim)
+    group = n_head // keys.shape[3]
+    per_kv_head = q.reshape(n_layer, keys.shape[3], group, head_dim).sum(axis=2)  # query heads sharing a KV head
+    dots = np.einsum("lgd,blrgd->lbr", per_kv_head, keys)
+    real = np.arange(n_rep)[None, :] < np.asarray(rep_count)[:, None]  # [n_blocks, n_rep]
+    count = np.maximum(np.asarray(rep_count), 1)
+    return (np.where(real[None], dots, 0.0).sum(axis=2) / count[None, :]).astype(np.float32)
+
+
+def select_blocks(scores: np.ndarray, n_tokens: np.ndarray, budget: int) -> np.ndarray:
+    """Per layer, greedy by falling score (ties: lower index; NaN last): keep each block that still fits."""
+    scores = np.asarray(scores, dtype=np.float32)
+    visible = np.zeros(scores.shape, dtype=bool)
+    for layer, row in enumerate(scores):
+        ranked = np.where(np.isnan(row), -np.inf, row.astype(np.float64))
+        left = budget
+        for b in sorted(range(len(row)), key=lambda i: (-ranked[i], i)):
+            if n_tokens[b] <= left:
+                visible[layer, b] = True
+                left -= int(n_tokens[b])
+    return visible

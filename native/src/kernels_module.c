@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <string.h>
 #include "assemble.h"
+#include "block_select.h"
 #include "quant.h"
 #include "scale.h"
 #include "surprise.h"
@@ -213,12 +214,85 @@ static PyObject *py_assemble_state_blob(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(block_scores_doc,
+"block_scores(query, rep_keys, rep_count, n_layer, n_head, n_head_kv, head_dim, n_blocks, n_rep, scores)\n\n"
+"scores[l, b] (float32) = mean over block b's rep_count[b] representative keys of the head-summed dot products\n"
+"with query[l] (float32 [n_layer, n_head, head_dim]); rep_keys: float16 [n_blocks, n_layer, n_rep,\n"
+"n_head_kv * head_dim]; rep_count: int32 [n_blocks]. Releases the GIL.");
+
+static PyObject *py_block_scores(PyObject *self, PyObject *args)
+{
+    PyObject *q_obj, *k_obj, *c_obj, *out_obj;
+    Py_ssize_t n_layer, n_head, n_head_kv, head_dim, n_blocks, n_rep;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOOnnnnnnO", &q_obj, &k_obj, &c_obj, &n_layer, &n_head, &n_head_kv, &head_dim,
+                          &n_blocks, &n_rep, &out_obj)) return NULL;
+    if (n_layer < 0 || n_head <= 0 || n_head_kv <= 0 || n_head % n_head_kv || head_dim <= 0 || n_blocks < 0 ||
+        n_rep < 0) {
+        PyErr_SetString(PyExc_ValueError, "block_scores: bad shape (n_head must be a multiple of n_head_kv)");
+        return NULL;
+    }
+    Py_buffer q, k, c, out;
+    if (get_buffer(q_obj, &q, 0, 4, n_layer * n_head * head_dim, "query") < 0) return NULL;
+    if (get_buffer(k_obj, &k, 0, 2, n_blocks * n_layer * n_rep * n_head_kv * head_dim, "rep_keys") < 0) {
+        PyBuffer_Release(&q);
+        return NULL;
+    }
+    if (get_buffer(c_obj, &c, 0, 4, n_blocks, "rep_count") < 0) { PyBuffer_Release(&q); PyBuffer_Release(&k); return NULL; }
+    for (Py_ssize_t b = 0; b < n_blocks; b++) {
+        const int32_t count = ((const int32_t *)c.buf)[b];
+        if (count < 0 || count > n_rep) {
+            PyErr_Format(PyExc_ValueError, "block_scores: rep_count[%zd] = %d is outside 0..%zd", b, count, n_rep);
+            PyBuffer_Release(&q); PyBuffer_Release(&k); PyBuffer_Release(&c);
+            return NULL;
+        }
+    }
+    if (get_buffer(out_obj, &out, 1, 4, n_layer * n_blocks, "scores") < 0) {
+        PyBuffer_Release(&q); PyBuffer_Release(&k); PyBuffer_Release(&c);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    epi_block_scores((const float *)q.buf, (const uint16_t *)k.buf, (const int32_t *)c.buf, n_layer, n_head, n_head_kv,
+                     head_dim, n_blocks, n_rep, (float *)out.buf);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&q); PyBuffer_Release(&k); PyBuffer_Release(&c); PyBuffer_Release(&out);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(select_blocks_doc,
+"select_blocks(scores, n_tokens, n_layer, n_blocks, budget, visible)\n\n"
+"visible[l, b] (uint8) = 1 for the blocks layer l keeps: by falling scores[l] (ties: lower index), each block whose\n"
+"n_tokens[b] (int32) still fits in the token budget. Holds the GIL (qsort's comparator reads a file-level row).");
+
+static PyObject *py_select_blocks(PyObject *self, PyObject *args)
+{
+    PyObject *s_obj, *n_obj, *out_obj;
+    Py_ssize_t n_layer, n_blocks, budget;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOnnnO", &s_obj, &n_obj, &n_layer, &n_blocks, &budget, &out_obj)) return NULL;
+    if (n_layer < 0 || n_blocks < 0) { PyErr_SetString(PyExc_ValueError, "select_blocks: negative shape"); return NULL; }
+    Py_buffer s, n, out;
+    if (get_buffer(s_obj, &s, 0, 4, n_layer * n_blocks, "scores") < 0) return NULL;
+    if (get_buffer(n_obj, &n, 0, 4, n_blocks, "n_tokens") < 0) { PyBuffer_Release(&s); return NULL; }
+    if (get_buffer(out_obj, &out, 1, 1, n_layer * n_blocks, "visible") < 0) {
+        PyBuffer_Release(&s); PyBuffer_Release(&n);
+        return NULL;
+    }
+    const int rc = epi_select_blocks((const float *)s.buf, (const int32_t *)n.buf, n_layer, n_blocks, budget,
+                                     (uint8_t *)out.buf);
+    PyBuffer_Release(&s); PyBuffer_Release(&n); PyBuffer_Release(&out);
+    if (rc < 0) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"surprise", py_surprise, METH_VARARGS, surprise_doc},
     {"quantize", py_quantize, METH_VARARGS, quantize_doc},
     {"dequantize", py_dequantize, METH_VARARGS, dequantize_doc},
     {"scale_rows", py_scale_rows, METH_VARARGS, scale_rows_doc},
     {"assemble_state_blob", py_assemble_state_blob, METH_VARARGS, assemble_state_blob_doc},
+    {"block_scores", py_block_scores, METH_VARARGS, block_scores_doc},
+    {"select_blocks", py_select_blocks, METH_VARARGS, select_blocks_doc},
     {NULL, NULL, 0, NULL},
 };
 
