@@ -207,10 +207,15 @@ class LlamaSession:
     """One llama.cpp context on a model: unified KV cache, F16 K/V, flash attention off (recorded by the store, since
     stored KV blocks only load into an identical setup), and a reusable token batch."""
 
-    def __init__(self, model: LlamaModel, n_ctx: int, n_threads: int | None = None, n_seq_max: int = 2):
+    def __init__(self, model: LlamaModel, n_ctx: int, n_threads: int | None = None, n_seq_max: int = 2,
+                 eval_callback=None):
+        """`eval_callback`: a ggml_backend_sched_eval_callback watching the graph's nodes (query_capture.py); the
+        caller keeps it alive as long as the session."""
         self.model = model
         self.n_ctx = n_ctx
         params = L.llama_context_default_params()
+        if eval_callback is not None:
+            params.cb_eval = eval_callback
         params.n_ctx = n_ctx
         params.n_batch = INGEST_BATCH
         params.n_ubatch = INGEST_BATCH
