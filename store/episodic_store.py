@@ -13,7 +13,6 @@ import fcntl
 import json
 import logging
 import os
-import re
 import sqlite3
 import time
 from contextlib import contextmanager
@@ -24,6 +23,7 @@ import numpy as np
 
 from . import schema
 from .index import DenseIndex
+from .lexical import PLACE_WEIGHT, fts5_document, fts5_query, place_text
 from .kv_tier import BLOCK_KINDS, KVSpace, block_key
 from .records import (
     DEFAULT_KV_BUDGET_BYTES,
@@ -56,7 +56,6 @@ REBUILD_BATCH = 10_000
 # A scoped dense search (a chapter, some documents) over at most this many events reads their vectors from SQLite and
 # ranks them exactly (~1.5 MB at 384 floats); larger scopes filter the hnswlib search instead.
 EXACT_SEARCH_MAX = 1000
-MAX_QUERY_TERMS = 32
 
 _DOC_COLS = (
     "id, path, display_path, kind, content_sha256, n_tokens, n_events, n_pages, n_lines, ingest_seconds, ingested_at, "
@@ -66,36 +65,6 @@ _EVENT_COLS = (
     "id, document_id, ordinal, token_start, token_end, char_start, char_end, page_start, page_end, "
     "line_start, line_end, surprise_mean, surprise_max, text, section"
 )
-
-STOP_WORDS = frozenset(
-    """a about all also an and any are as at be been but by can could did do does for from had has have how i if
-    in into is it its just me my no not of on or our over should so some than that the their them then there these
-    they this those to was we were what when where which who whom why will with would you your
-    s t d ll m re ve""".split()
-)
-
-
-def fts5_query(text: str) -> str:
-    """Free text -> safe FTS5 query: quoted word/identifier terms joined by OR ('' when nothing is left).
-
-    Terms are \\w+ runs, so they can never contain a quote or FTS5 operator; snake_case identifiers are kept whole
-    (they are single tokens in the index) and also split into their parts.
-    """
-    terms: list[str] = []
-    for word in re.findall(r"\w+", text.lower()):
-        candidates = [word] + ([p for p in word.split("_") if p] if "_" in word else [])
-        for term in candidates:
-            if term not in STOP_WORDS and term not in terms:
-                terms.append(term)
-    return " OR ".join(f'"{t}"' for t in terms[:MAX_QUERY_TERMS])
-
-
-def fts5_document(text: str) -> str:
-    """Text as indexed: the event text plus the parts of its snake_case identifiers, so that `retries` finds
-    `max_retries` and a query for `max_retries` ranks the event holding the identifier above ones with just `max`."""
-    parts = [p for word in re.findall(r"\w+", text) if "_" in word for p in word.split("_") if p]
-    return text + ("\n" + " ".join(parts) if parts else "")
-
 
 def _is_disk_full(exc: BaseException) -> bool:
     if isinstance(exc, OSError):
@@ -390,7 +359,7 @@ class Store:
             with self._transaction("writing"):
                 old_ids = self._delete_rows(doc.path) or []
                 new.id = self._insert_document(new)
-                event_ids = [self._insert_event(new.id, ev, vec) for ev, vec in zip(events, vectors)]
+                event_ids = [self._insert_event(new.id, ev, vec, doc.display_path) for ev, vec in zip(events, vectors)]
             for ev, event_id in zip(events, event_ids):  # only after commit: a failure leaves the caller's objects as-is
                 ev.id, ev.document_id = event_id, new.id
             self._update_index(old_ids, np.asarray(event_ids, dtype=np.int64), vectors)
@@ -415,7 +384,9 @@ class Store:
         vectors = self._embeddings(events)
         with self.writer():
             with self._transaction("writing"):
-                event_ids = [self._insert_event(document_id, ev, vec) for ev, vec in zip(events, vectors)]
+                shown = self._conn.execute("SELECT display_path FROM documents WHERE id = ?", (document_id,)).fetchone()
+                event_ids = [self._insert_event(document_id, ev, vec, shown[0] if shown else "")
+                             for ev, vec in zip(events, vectors)]
                 self._conn.execute("UPDATE documents SET n_events = n_events + ?, checkpoint = ? WHERE id = ?",
                                    (len(events), checkpoint, document_id))
             for ev, event_id in zip(events, event_ids):
@@ -438,7 +409,7 @@ class Store:
         )  # fmt: skip
         return cur.lastrowid
 
-    def _insert_event(self, document_id: int, ev: EventRecord, vector: np.ndarray) -> int:
+    def _insert_event(self, document_id: int, ev: EventRecord, vector: np.ndarray, display_path: str) -> int:
         cur = self._conn.execute(
             "INSERT INTO events (document_id, ordinal, token_start, token_end, char_start, char_end, page_start, "
             "page_end, line_start, line_end, surprise_mean, surprise_max, text, embedding, section) "
@@ -447,9 +418,8 @@ class Store:
              ev.page_end, ev.line_start, ev.line_end, float(ev.surprise_mean), float(ev.surprise_max), ev.text,
              vector.astype(np.float32).tobytes(), ev.section),
         )  # fmt: skip
-        self._conn.execute(
-            "INSERT INTO events_fts (rowid, text) VALUES (?, ?)", (cur.lastrowid, fts5_document(ev.text))
-        )
+        self._conn.execute("INSERT INTO events_fts (rowid, text, place) VALUES (?, ?, ?)",
+                           (cur.lastrowid, fts5_document(ev.text), place_text(display_path, ev.section)))
         return cur.lastrowid
 
     def _delete_rows(self, path: str) -> list[int] | None:
@@ -622,14 +592,14 @@ class Store:
             return []
         if within is None:
             rows = self._conn.execute(
-                "SELECT rowid, bm25(events_fts) AS s FROM events_fts WHERE events_fts MATCH ? ORDER BY s LIMIT ?",
-                (match, k),
+                "SELECT rowid, bm25(events_fts, 1.0, ?) AS s FROM events_fts WHERE events_fts MATCH ? ORDER BY s LIMIT ?",
+                (PLACE_WEIGHT, match, k),
             )
         else:  # the ids travel as one JSON array: no limit on how many
             rows = self._conn.execute(
-                "SELECT rowid, bm25(events_fts) AS s FROM events_fts WHERE events_fts MATCH ? "
+                "SELECT rowid, bm25(events_fts, 1.0, ?) AS s FROM events_fts WHERE events_fts MATCH ? "
                 "AND rowid IN (SELECT value FROM json_each(?)) ORDER BY s LIMIT ?",
-                (match, json.dumps(sorted(within)), k),
+                (PLACE_WEIGHT, match, json.dumps(sorted(within)), k),
             )
         return [(int(r[0]), -float(r[1])) for r in rows]
 

@@ -10,6 +10,8 @@ import sqlite3
 import time
 from typing import Callable
 
+from . import lexical
+
 Migration = Callable[[sqlite3.Connection], None]
 MIGRATIONS: list[Migration] = []
 
@@ -98,6 +100,20 @@ def m006_document_checkpoints(conn: sqlite3.Connection) -> None:
     # and `checkpoint` holds what a resumed ingest needs to go on from the last group (engine/checkpoint.py).
     conn.execute("ALTER TABLE documents ADD COLUMN status TEXT")
     conn.execute("ALTER TABLE documents ADD COLUMN checkpoint TEXT")
+
+
+@migration
+def m007_lexical_identifier_parts_and_places(conn: sqlite3.Connection) -> None:
+    # The lexical index splits camelCase identifiers as well as snake_case ones and gains a `place` column (the
+    # document's path, the headings or class/function around the event): lexical.py. Rebuilt from the stored events,
+    # so a store written before it answers from the new index at once, without re-ingesting.
+    conn.execute("DROP TABLE events_fts")
+    conn.execute(lexical.CREATE_TABLE)
+    rows = conn.execute("SELECT e.id, e.text, e.section, d.display_path FROM events e "
+                        "JOIN documents d ON d.id = e.document_id")
+    conn.executemany("INSERT INTO events_fts (rowid, text, place) VALUES (?, ?, ?)",
+                     ((event_id, lexical.fts5_document(text), lexical.place_text(shown, section))
+                      for event_id, text, section, shown in rows))
 
 
 def _applied(conn: sqlite3.Connection) -> set[str]:

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..store import Store
-from ..store.episodic_store import STOP_WORDS
+from ..store.lexical import STOP_WORDS
 from .errors import EpiError
 from .sources import CODE_EXTS, PDF_EXT, TEXT_EXTS
 from .structure import CODE_KINDS, NUMBER_ALT, _ORDINAL_WORDS, all_paths, decode, number_value
