@@ -369,14 +369,15 @@ def event_keys(got: list[RetrievedEvent]) -> list[list]:
 
 def ask_once(ws: Workspace, store: Store, question: str, gold_text: str, warnings: list[str],
              max_tokens: int = ANSWER_MAX_TOKENS, k: int = 3, mode: str | None = None, neighbours: int = 1,
-             epman: bool = False):
+             epman: bool = False, **options):
     """One answer through Workspace.ask, stopped after `max_tokens` pieces (the stream's tokens): the result, and a
-    row of what it read, said and took. `warnings` is the list the workspace warns into (kv fallbacks)."""
+    row of what it read, said and took. `warnings` is the list the workspace warns into (kv fallbacks); `options`
+    go to Workspace.ask as they are (narrow, layered)."""
     n_pieces = 0
     del warnings[:]
     t0, c0 = time.perf_counter(), time.process_time()
     result, stream = ws.ask(store, question, k, mode=mode, neighbours=neighbours,
-                            should_stop=lambda: n_pieces >= max_tokens, epman=epman)
+                            should_stop=lambda: n_pieces >= max_tokens, epman=epman, **options)
     for _ in stream:
         n_pieces += 1
     secs = time.perf_counter() - t0

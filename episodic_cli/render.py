@@ -260,6 +260,11 @@ def timings(result) -> None:
     n = sum(r.n_tokens for r in result.retrieved)
     err.print(f"[dim]{result.mode} mode · {n:,} retrieved tokens · first token {t.first_token_s:.2f} s · "
               f"total {t.total_s:.2f} s[/]")
+    report = result.answer.layered
+    if report is not None and report.visible_blocks:
+        err.print(f"[dim]layered: a pool of {report.pool_blocks} blocks ({report.pool_tokens:,} tokens); each layer "
+                  f"saw {min(report.visible_blocks)}-{max(report.visible_blocks)} of them "
+                  f"(at most {report.budget_tokens:,} tokens)[/]")
 
 
 def documents(docs, stats: dict, kv: dict) -> None:

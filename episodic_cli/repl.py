@@ -20,7 +20,8 @@ HELP = """commands:
 HISTORY_TURNS = 2  # earlier question/answer pairs kept in the prompt; a 135M model loses track beyond that
 
 
-def run_repl(ws: Workspace, store: Store, k: int, epman: bool = False, docs: list[str] | None = None) -> None:
+def run_repl(ws: Workspace, store: Store, k: int, epman: bool = False, docs: list[str] | None = None,
+             layered: bool = False) -> None:
     try:
         import readline  # noqa: F401 - line editing and history for input()
     except ImportError:  # pragma: no cover - Windows
@@ -74,7 +75,8 @@ def run_repl(ws: Workspace, store: Store, k: int, epman: bool = False, docs: lis
         try:
             check_question_length(line)
             store.refresh()  # an ingest running beside the chat commits document after document
-            result, stream = ws.ask(store, query, k=k, history=history[-2 * HISTORY_TURNS:], epman=epman, docs=docs)
+            result, stream = ws.ask(store, query, k=k, history=history[-2 * HISTORY_TURNS:], epman=epman, docs=docs,
+                                  layered=layered)
             render.scope(result.scope)
             # The model sees the user's own words as the question; retrieval used the combined query.
             answer_text = ""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -16,6 +17,9 @@ from .llama_backend import LlamaModel, LlamaSession
 from .retrieve import RetrievedEvent
 from .structure import decode as decode_section
 from .structure import describe as describe_section
+
+if TYPE_CHECKING:
+    from .layered import LayeredReport
 
 SYSTEM_PROMPT = (
     "You answer questions about the user's documents. Use only the numbered sources. "
@@ -107,6 +111,7 @@ class Answer:
     reused_tokens: int = 0    # of those, kept in the cache from the previous question (kv mode in chat)
     kv_loaded_tokens: int = 0     # kv mode: retrieved tokens loaded from stored KV blocks
     kv_prefilled_tokens: int = 0  # kv mode: retrieved tokens prefilled from text (cold events, then kept if room)
+    layered: LayeredReport | None = None  # --layered: what each layer's block selection did (engine/layered.py)
     timings: Timings = field(default_factory=Timings)
 
 

@@ -11,6 +11,7 @@ from .. import __version__
 from ..store import Store, StoreError
 from .errors import EpiError
 from .llama_backend import default_threads, gpu_offload_supported, llama_cpp_version, system_info
+from . import layer_visibility
 from .paths import cache_dir, data_dir, store_path
 from .workspace import Workspace
 
@@ -32,7 +33,8 @@ def collect(model: str | None, store: str | None, verify_blocks: bool = True, re
     rows: list[tuple[str, str, bool | None]] = [
         ("epi", __version__, None),
         ("python", f"{sys.version.split()[0]} on {platform.system()} {platform.machine()}", None),
-        ("llama-cpp-python", llama_cpp_version(), llama_cpp_version() == PINNED_LLAMA_CPP),
+        # epi's patched build carries a local label (0.3.36+epi1): the same release, built with the patch
+        ("llama-cpp-python", llama_cpp_version(), llama_cpp_version().split("+")[0] == PINNED_LLAMA_CPP),
     ]
     for dist in ("torch", "sentence-transformers", "hnswlib", "pypdf"):
         v = _version(dist)
@@ -44,6 +46,9 @@ def collect(model: str | None, store: str | None, verify_blocks: bool = True, re
         ("threads", f"{default_threads()} (override with --threads)", None),
         ("gpu offload", "available: all layers are offloaded" if gpu_offload_supported()
          else "not in this build (CPU only); see README 'GPU builds'", None),
+        ("layered attention", "available: `--layered` lets each layer attend to the blocks it selects"
+         if layer_visibility.available() else "not in this build (llama.cpp without epi's patch): `--layered` is "
+         "off; ./install.sh builds the patched one", None),
         ("data dir", str(data_dir()), None),
         ("cache dir", str(cache_dir()), None),
     ]

@@ -32,7 +32,7 @@ from ..store import StoreError
 from ..store.kv_tier import BlockCorruptError, StoredBlock, block_key
 from .answer import ANSWER_TOKENS, SYSTEM_PROMPT, Answer, clean_question, stream_into
 from .kv_capture import BlockKeeper, read_cells
-from .kv_memory import KVFormatError, decode_block, encode_block, load_block, state_blob_from_payload
+from .kv_memory import KVFormatError, ParsedBlock, decode_block, encode_block, load_block, state_blob_from_payload
 from .llama_backend import INGEST_BATCH, LlamaModel, LlamaSession
 from .retrieve import RetrievedEvent, owning_hit
 
@@ -95,13 +95,16 @@ class KVModeAnswerer:
                  warn: Callable[[str], None] | None = None, sink_dir: Path | None = None,
                  on_prepare: PrepareProgress | None = None):
         self.model = model
-        self.session = LlamaSession(model, n_ctx=n_ctx, n_threads=n_threads, n_seq_max=2)
+        self.session = self._new_session(n_ctx, n_threads)
         self.keeper = keeper
         self.tier = keeper.tier
         self.warn = warn or (lambda message: None)
         self.sink_dir = sink_dir
         self.on_prepare = on_prepare
         self._layout: list[tuple[tuple, int]] = []  # (part key, position after it) of what sequence 0 holds
+
+    def _new_session(self, n_ctx: int, n_threads: int | None) -> LlamaSession:
+        return LlamaSession(self.model, n_ctx=n_ctx, n_threads=n_threads, n_seq_max=2)
 
     def stream(self, question: str, retrieved: list[RetrievedEvent], history: list[dict[str, str]] | None,
                started: float, answer: Answer, max_tokens: int = ANSWER_TOKENS,
@@ -150,13 +153,19 @@ class KVModeAnswerer:
                 continue
             if pos + len(part.tokens) + max_tokens > self.session.n_ctx:
                 raise StoreError(TOO_BIG)
-            pos = self._append(part.key, self.session.prefill(part.tokens, pos))
+            question_part = i == len(parts) - 1 and len(parts) > 1
+            end = self._decode_question(part, pos) if question_part else self.session.prefill(part.tokens, pos)
+            pos = self._append(part.key, end)
             if sink:
                 self._save_sink(part.tokens)
         pos = self._prepare_cold(cold, pos, answer)
         answer.prompt_tokens = pos
         answer.timings.prefill_s = time.perf_counter() - t0
         yield from stream_into(answer, self.session, pos, started, max_tokens, should_stop)
+
+    def _decode_question(self, part: _Part, pos: int) -> int:
+        """Decode the prompt's last part (the question, after the sources) at `pos`; its logits start the answer."""
+        return self.session.prefill(part.tokens, pos)
 
     def reset(self) -> None:
         """Forget the assembled cache (the next question starts from an empty context)."""
@@ -243,10 +252,14 @@ class KVModeAnswerer:
         for part, event_tokens in cold:
             end = pos + len(event_tokens)
             if len(event_tokens):
-                self.keeper.offer(part.block_key, read_cells(self.session, pos, end), on_use=True)
+                self._captured(part, read_cells(self.session, pos, end))
             pos = self._append(part.key, end)
         answer.kv_prefilled_tokens += len(tokens)
         return pos
+
+    def _captured(self, part: _Part, block: ParsedBlock) -> None:
+        """An event prepared from text: offer its cells to the tier (the next answer that retrieves it loads them)."""
+        self.keeper.offer(part.block_key, block, on_use=True)
 
     # -- the sink block, kept across processes ------------------------------------------------------------------
 

@@ -43,8 +43,9 @@ class GgmlTensor(ctypes.Structure):
 
 
 def _ggml_base() -> ctypes.CDLL:
-    """libggml-base from llama-cpp-python's own library folder (already loaded by libllama: dlopen returns it)."""
-    lib_dir = Path(L.llama_cpp.__file__).parent / "lib"
+    """libggml-base from the folder llama-cpp-python loaded libllama from (its own, or LLAMA_CPP_LIB_PATH): that
+    copy is already loaded, so dlopen returns it rather than a second one."""
+    lib_dir = Path(getattr(L.llama_cpp, "_base_path", Path(L.llama_cpp.__file__).parent / "lib"))
     for name in ("libggml-base.so", "libggml-base.dylib", "ggml-base.dll"):
         if (lib_dir / name).exists():
             lib = ctypes.CDLL(str(lib_dir / name))

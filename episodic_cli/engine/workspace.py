@@ -21,6 +21,8 @@ from .document_pass import DEFAULT_COMMIT_EVERY
 from .ingest import Ingestor
 from .kv_capture import DEFAULT_KIND, BlockKeeper, tier_config
 from .kv_mode import KVModeAnswerer, PrepareProgress, episodic_weights
+from . import layer_visibility
+from .layered import LayeredAnswerer
 from .llama_backend import LlamaModel
 from .models import PreparedModel, prepare_model
 from .paths import cache_dir, store_path
@@ -35,6 +37,10 @@ from .segment import SegmentParams
 MODES = ("text", "kv")
 ANSWER_CONTEXT = 8192
 EVIDENCE_BUDGET = 3072
+LAYER_BUDGET = EVIDENCE_BUDGET  # tokens of the pool each layer sees in a layered answer: what kv mode reads at most
+LAYERED_POOL_K = 12  # hits in a layered answer's pool (before neighbours; at most the answer context's room)
+LAYERED_UNAVAILABLE = ("--layered needs epi's patched llama.cpp, and this llama-cpp-python lacks the patch: run "
+                       "./install.sh from epi's source folder (`epi doctor` says whether the patch is in)")
 MAX_EVENT_TOKENS = 1024  # the ingest context grows with it (ingest.ingest_context): an undecided event stays in it
 
 
@@ -83,6 +89,8 @@ class AskResult:
             "supported": self.support().supported,
             # the answer read only the sentences that match the question best (false: the retrieved events whole)
             "narrowed": bool(self.focus),
+            # --layered: the pool loaded and, per layer, how many of its blocks that layer's query selected
+            "layered": self.answer.layered.as_json() if self.answer.layered is not None else None,
         }
 
 
@@ -157,11 +165,23 @@ class Workspace:
         """kv unless the store keeps no KV blocks at all (a budget of 0, e.g. ingested with --no-kv)."""
         return "kv" if store.kv_budget > 0 else "text"
 
-    def answerer(self, mode: str, store: Store | None = None) -> TextModeAnswerer | KVModeAnswerer:
-        """The answerer of `mode` (kv mode needs the store: its tier and budget)."""
-        if mode not in self._answerers:
+    def answerer(self, mode: str, store: Store | None = None, layered: bool = False
+                 ) -> TextModeAnswerer | KVModeAnswerer:
+        """The answerer of `mode` (kv mode needs the store: its tier and budget); `layered`: kv mode with per-layer
+        block selection (engine/layered.py)."""
+        if layered:
+            if mode != "kv":
+                raise EpiError("--layered selects KV blocks per layer, so it needs kv mode (a store with KV blocks)")
+            if not layer_visibility.available():
+                raise EpiError(LAYERED_UNAVAILABLE)
+        key = "kv-layered" if layered else mode
+        if key not in self._answerers:
             n_ctx = self.answer_context
-            if mode == "kv":
+            if layered:
+                self._answerers[key] = LayeredAnswerer(self.model, n_ctx, self.block_keeper(store), LAYER_BUDGET,
+                                                       n_threads=self.threads, warn=self.warn,
+                                                       sink_dir=cache_dir() / "kv-sinks", on_prepare=self.on_prepare)
+            elif mode == "kv":
                 if store is None:
                     raise ValueError("kv mode answers from a store's KV tier: pass the store")
                 self._answerers[mode] = KVModeAnswerer(self.model, n_ctx, self.block_keeper(store), self.threads,
@@ -169,8 +189,8 @@ class Workspace:
                                                        on_prepare=self.on_prepare)
             else:
                 self._answerers[mode] = TextModeAnswerer(self.model, n_ctx, self.threads)
-            self._answerers[mode].session.warm_up()
-        return self._answerers[mode]
+            self._answerers[key].session.warm_up()
+        return self._answerers[key]
 
     def scope(self, store: Store, question: str, docs: list[str] | None = None) -> Restriction:
         """The part of the archive `question` names (chapter, section, page, file, code symbol) and `docs` globs
@@ -178,13 +198,15 @@ class Workspace:
         return resolve_scope(store, parse_scope(question), docs)
 
     def retrieve(self, store: Store, question: str, k: int, neighbours: int = 1, docs: list[str] | None = None,
-                 scope: Restriction | None = None) -> list[RetrievedEvent]:
+                 scope: Restriction | None = None, pool: bool = False) -> list[RetrievedEvent]:
+        """The events an answer reads; `pool`: as many as the answer context holds (a layered answer's pool)."""
         if k < 1:
             raise EpiError("-k must be at least 1")
         scope = scope or self.scope(store, question, docs)
         text = scope.query or question  # inside "chapter 3", search for the rest of the question
         query = self.embedder.embed_query(text)
-        budget = min(EVIDENCE_BUDGET, self.answer_context - ANSWER_TOKENS - 768)
+        room = self.answer_context - ANSWER_TOKENS - 768
+        budget = room if pool else min(EVIDENCE_BUDGET, room)
         return retrieve(store, query, text, k, neighbours, token_budget=budget, allowed=scope.allowed,
                         boosted=scope.boosted)
 
@@ -200,6 +222,7 @@ class Workspace:
         epman: bool = False,
         docs: list[str] | None = None,
         narrow: bool = True,
+        layered: bool = False,
     ) -> tuple[AskResult, Iterator[str]]:
         """Retrieve now; return the result (filled in as the stream is consumed) and the answer stream.
         `epman` scales each block's V rows by its episodic weight in [0.9, 1.0] (kv mode only); `docs` (globs on
@@ -210,16 +233,23 @@ class Workspace:
             raise EpiError("the question is empty")
         started = time.perf_counter()
         scope = self.scope(store, question, docs)
-        retrieved = relevance_order(self.retrieve(store, question, k, neighbours, scope=scope))  # the order read
         mode = mode or self.default_mode(store)
         if epman and mode != "kv":
             raise EpiError("--epman weights KV blocks, so it needs kv mode (a store ingested with KV blocks)")
+        retrieved = relevance_order(self.retrieve(store, question, k, neighbours, scope=scope))  # the order read
+        anchors = {r.event.id for r in retrieved}
+        if layered:  # a pool of whole blocks; each layer picks its own (narrowing would leave no blocks to pick)
+            retrieved = relevance_order(self.retrieve(store, question, max(k, LAYERED_POOL_K), neighbours,
+                                                      scope=scope, pool=True))
+            narrow = False
         answer = Answer()
         answer.timings.retrieve_s = time.perf_counter() - started
         # `narrow`: the answer reads only the few sentences that match the question best (engine/evidence.py)
         focus = evidence_narrow(question, retrieved) if narrow else []
         result = AskResult(question, mode, retrieved, answer, scope, focus=focus or None)
-        answerer = self.answerer(mode, store)
+        answerer = self.answerer(mode, store, layered)
+        if layered:  # every layer sees what kv mode would read, then what its own query picks from the pool
+            answerer.anchors = anchors
         weights = episodic_weights(retrieved) if epman else None
         read, spans = retrieved, None
         if focus:

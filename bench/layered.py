@@ -1,0 +1,158 @@
+"""Per-layer block selection (`--layered`) against kv mode, side by side in one run, on the held-out sets and on
+generated passkey/needle haystacks.
+
+Every question is asked in four conditions, one after another on the same store:
+- `kv`          today's default: the 2 best-matching sentences of the k=3 retrieved events, behind the sink;
+- `kv-whole`    the k=3 retrieved events' blocks whole (`--whole`): every layer sees them all (~1.5-3k tokens);
+- `pool-whole`  the layered pool (12 hits + neighbours, up to the answer context) loaded, every layer sees all of it:
+                what a larger pool alone does, and the cost baseline for the selection (same cells, no masks);
+- `layered`     the same pool; every layer sees kv-whole's events first, then the pool blocks its own question query
+                selects (engine/layered.py), LAYER_BUDGET tokens in all (kv mode's cap).
+Scores: contains-match of the gold answer; `src` = the gold excerpt lies inside the events read (the pool for the
+two pool conditions); `sel` = for layered, the share of layers whose visible blocks hold the gold excerpt (among
+questions whose pool holds it). Cost: first token (s) and decode speed (tokens/s after the first), medians.
+
+    python bench/layered.py [--only SET ...] [--needles 16000 32000] [--out docs/layered.md] [--limit N]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import generators as gen  # noqa: E402
+from eval import ask_once, covers, load_average, score_answer, squash  # noqa: E402
+from heldout import ingest, load_sets, resolve, stale_questions  # noqa: E402
+
+from episodic_cli.engine.paths import cache_dir  # noqa: E402
+from episodic_cli.engine.workspace import LAYER_BUDGET, Workspace  # noqa: E402
+
+ANSWER_MAX_TOKENS = 48
+CONDITIONS = ("kv", "kv-whole", "pool-whole", "layered")
+NEEDLE_DEPTHS = [0.1, 0.3, 0.5, 0.7, 0.9]
+
+
+def ask(ws: Workspace, store, question: str, answer: str, gold: str, condition: str) -> dict:
+    layered = condition in ("pool-whole", "layered")
+    if layered:  # the pool's blocks all visible, or each layer's own choice
+        ws.answerer("kv", store, layered=True).budget = 10**9 if condition == "pool-whole" else LAYER_BUDGET
+    warnings: list[str] = []
+    result, row = ask_once(ws, store, question, gold, warnings, max_tokens=ANSWER_MAX_TOKENS, mode="kv",
+                           narrow=condition == "kv", layered=layered)
+    a = result.answer
+    n_answer = len(ws.model.tokenize(a.text)) if a.text else 0
+    decode_s = a.timings.total_s - a.timings.first_token_s
+    row.update(condition=condition, retrieved_tokens=sum(r.n_tokens for r in result.retrieved),
+               decode_tps=round((n_answer - 1) / decode_s, 2) if n_answer > 1 and decode_s > 0 else None,
+               **score_answer(row["answer"], answer))
+    report = a.layered
+    if layered and report is not None and report.visible is not None:
+        holding = {r.event.id for r in result.retrieved if covers([r.event.text], gold) > 0}
+        columns = [i for i, event_id in enumerate(report.event_ids) if event_id in holding]
+        if columns:
+            row["selected_share"] = float(report.visible[:, columns].any(axis=1).mean())
+        row["layered"] = report.as_json()
+    return row
+
+
+def run_store(name: str, ws: Workspace, questions: list[dict], log, limit: int | None) -> list[dict]:
+    store = ws.store_for_reading()
+    rows = []
+    try:
+        ws.check_store(store)
+        stale = set(stale_questions(store, questions))
+        for q in [q for q in questions if q["qid"] not in stale][:limit]:
+            for condition in CONDITIONS:
+                row = ask(ws, store, q["question"], q["answer"], q["gold_text"], condition)
+                row.update(set=name, qid=q["qid"])
+                rows.append(row)
+                log(f"  {q['qid']:<18} {condition:<10} {row['contains']:.0f} src={row['source_recall']:.0f} "
+                    f"sel={row.get('selected_share', float('nan')):.2f} ttft={row['first_token_s']:.2f}s "
+                    f"{squash(row['answer'])[:50]!r}")
+    finally:
+        store.close()
+    return rows
+
+
+def needle_set(length: int, folder: Path) -> tuple[Path, list[dict]]:
+    gs = gen.needle_document(length, NEEDLE_DEPTHS, seed=11, nith=False)
+    (name, text), = gs.documents.items()
+    path = folder / name
+    path.write_text(text, encoding="utf-8")
+    return path, [{"qid": q.qid, "question": q.question, "answer": q.answer, "gold_text": q.gold_text}
+                  for q in gs.questions]
+
+
+def summary(rows: list[dict]) -> list[str]:
+    lines = ["| set | n | " + " | ".join(f"{c}: right / src" for c in CONDITIONS) + " | layered sel | first token "
+             + " / ".join(CONDITIONS) + " (s) | decode tok/s " + " / ".join(CONDITIONS) + " |",
+             "|---|---|" + "---|" * len(CONDITIONS) + "---|---|---|"]
+    for name in dict.fromkeys(r["set"] for r in rows):
+        by = {c: [r for r in rows if r["set"] == name and r["condition"] == c] for c in CONDITIONS}
+        n = len(by["kv"])
+        cells = [f"{sum(r['contains'] for r in by[c]):.0f} / {sum(r['source_recall'] for r in by[c]):.0f}"
+                 for c in CONDITIONS]
+        sel = [r["selected_share"] for r in by["layered"] if "selected_share" in r]
+        med = lambda xs: f"{statistics.median(xs):.2f}" if xs else "-"  # noqa: E731
+        lines.append(f"| {name} | {n} | " + " | ".join(cells) + f" | {med(sel)} | "
+                     + " / ".join(med([r["first_token_s"] for r in by[c]]) for c in CONDITIONS) + " | "
+                     + " / ".join(med([r["decode_tps"] for r in by[c] if r["decode_tps"]]) for c in CONDITIONS)
+                     + " |")
+    total = {c: sum(r["contains"] for r in rows if r["condition"] == c) for c in CONDITIONS}
+    n = sum(1 for r in rows if r["condition"] == "kv")
+    lines += ["", "All: " + ", ".join(f"{c} {total[c]:.0f} of {n}" for c in CONDITIONS) + "."]
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sets", type=Path, default=Path(__file__).resolve().parent / "heldout")
+    ap.add_argument("--only", nargs="*", help="held-out set names (default: all; none with --only)")
+    ap.add_argument("--needles", nargs="*", type=int, default=[16000], help="haystack lengths in tokens")
+    ap.add_argument("--stores", type=Path, default=cache_dir() / "heldout")
+    ap.add_argument("--limit", type=int, default=None, help="questions per set")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--out", type=Path, default=Path("docs/layered.md"))
+    args = ap.parse_args(argv)
+    log = lambda msg: print(msg, flush=True)  # noqa: E731
+    t0, load_start = time.perf_counter(), load_average()
+    rows: list[dict] = []
+    for spec in load_sets(args.sets):
+        if args.only is not None and spec["set"] not in args.only:
+            continue
+        paths = [resolve(p) for p in spec["documents"]]
+        if not all(p.exists() for p in paths):
+            log(f"{spec['set']}: skipped (documents missing)")
+            continue
+        ws = Workspace(store=str(args.stores / spec["set"]), threads=args.threads)
+        ingest(ws, paths, log)
+        rows += run_store(spec["set"], ws, spec["questions"], log, args.limit)
+        ws.close()
+    with tempfile.TemporaryDirectory() as tmp:
+        for length in args.needles:
+            path, questions = needle_set(length, Path(tmp))
+            ws = Workspace(store=str(args.stores / f"needle-{length}"), threads=args.threads)
+            ingest(ws, [path], log)
+            rows += run_store(f"needle-{length}", ws, questions, log, args.limit)
+            ws.close()
+    if not rows:
+        log("nothing was asked; nothing written")
+        return 1
+    command = "python bench/layered.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    text = [f"Produced by `{command}`, wall {(time.perf_counter() - t0) / 60:.1f} min, load average at start "
+            f"{load_start}, at the end {load_average()}; at most {ANSWER_MAX_TOKENS} answer tokens, greedy.", "",
+            *summary(rows)]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(text) + "\n", encoding="utf-8")
+    args.out.with_suffix(".json").write_text(json.dumps(rows, indent=1), encoding="utf-8")
+    print("\n".join(text))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""Layered kv mode on the real model: the queries it reads out of llama.cpp's graph, the pool it assembles, the
+blocks each layer selects, and `--layered` on the command line. The patch's own exactness (hiding a sequence equals
+never loading it) is tested in test_layer_visibility.py."""
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from conftest import TEXT_QUESTION, assert_one_line_error, workspace_for
+from episodic_cli.app import app
+from episodic_cli.engine import layer_visibility
+from episodic_cli.engine.answer import Answer
+from episodic_cli.engine.event_keys import rope_params, unrotated_keys
+from episodic_cli.engine.llama_backend import LlamaSession
+from episodic_cli.engine.query_capture import QueryCapture
+from episodic_cli.store import Store
+
+runner = CliRunner()
+needs_patch = pytest.mark.skipif(not layer_visibility.available(), reason="llama.cpp without epi's patch")
+
+
+def capture_session(model):
+    import llama_cpp as L
+
+    rope = rope_params(model)
+    capture = QueryCapture(model.info.n_layer, int(L.llama_model_n_head(model.ptr)), rope.head_dim)
+    return capture, LlamaSession(model, n_ctx=1024, n_seq_max=2, eval_callback=capture.callback), rope
+
+
+def test_captured_queries_are_each_layers_rope_queries(bundled_model):
+    """A lone token's query does not depend on its position once the rotation is undone (it attends only to
+    itself), so reading it at positions 0 and 300 must agree in every layer: this checks the tensor mirror, the
+    node chosen (post-RoPE `Qcur-<layer>`) and the layer numbering together. Tolerance: ggml rotates in float32 and
+    so does the undoing (measured: under 2e-5 of each row's largest value at position 300); 1e-3 of it leaves room
+    and still fails on a wrong node or a rotated read (those differ by up to the whole scale)."""
+    capture, session, rope = capture_session(bundled_model)
+    token = bundled_model.tokenize("Paris")[:1]
+    rows = []
+    for pos in (0, 300):
+        session.clear()
+        capture.arm()
+        session.decode(token, pos)
+        capture.disarm()
+        q = capture.queries()
+        assert q.shape == (bundled_model.info.n_layer, 1, q.shape[2]) and q.shape[2] % rope.head_dim == 0
+        rows.append(unrotated_keys(q, np.array([pos]), rope))
+    session.close()
+    scale = np.abs(rows[0]).max(axis=2, keepdims=True)
+    assert (np.abs(rows[0] - rows[1]) < 1e-3 * scale + 1e-6).all()  # measured: under 2e-5 of the scale
+    assert not np.allclose(rows[0][1:], rows[0][:-1])  # each layer its own query
+
+
+def test_a_disarmed_capture_changes_no_logit_and_captures_nothing(bundled_model):
+    capture, watched, _ = capture_session(bundled_model)
+    plain = LlamaSession(bundled_model, n_ctx=1024, n_seq_max=2)
+    tokens = bundled_model.tokenize("The quick brown fox jumps over the lazy dog.")
+    watched.decode(tokens, 0)
+    plain.decode(tokens, 0)
+    assert np.array_equal(watched.last_logits(), plain.last_logits())
+    capture.arm()
+    capture.disarm()
+    watched.decode(bundled_model.tokenize(" Then"), len(tokens))
+    assert capture.queries().shape[1] == 0
+    watched.close()
+    plain.close()
+
+
+@needs_patch
+def test_layered_with_every_block_visible_answers_as_kv_mode_whole(engine, shared_store):
+    """Same events, all visible in every layer: the same logits, so the same greedy answer, as plain kv mode."""
+    ws = workspace_for(engine, shared_store.store_dir)
+    with Store.open_existing(shared_store.store_dir) as st:
+        got = ws.retrieve(st, TEXT_QUESTION, 2)
+        plain, layered = Answer(), Answer()
+        ws.answerer("kv", st, layered=True).budget = 10**9
+        for answerer, answer in ((ws.answerer("kv", st), plain), (ws.answerer("kv", st, layered=True), layered)):
+            for _ in answerer.stream(TEXT_QUESTION, got, None, time.perf_counter(), answer, max_tokens=24):
+                pass
+    ws.close()
+    assert layered.layered.pool_blocks == len([r for r in got if r.n_tokens])
+    assert set(layered.layered.visible_blocks) == {layered.layered.pool_blocks}
+    assert plain.text and layered.text == plain.text
+
+
+@needs_patch
+def test_each_layer_sees_at_most_its_budget_and_the_question_still_answers(engine, shared_store):
+    ws = workspace_for(engine, shared_store.store_dir)
+    with Store.open_existing(shared_store.store_dir) as st:
+        got = ws.retrieve(st, TEXT_QUESTION, 6, pool=True)
+        answerer = ws.answerer("kv", st, layered=True)
+        smallest = min(r.n_tokens for r in got)
+        answerer.budget = max(smallest, sum(r.n_tokens for r in got) // 3)
+        answer = Answer()
+        for _ in answerer.stream(TEXT_QUESTION, got, None, time.perf_counter(), answer, max_tokens=16):
+            pass
+        budget = answerer.budget
+    ws.close()
+    report = answer.layered
+    assert report.pool_blocks >= 3 and len(report.visible_tokens) == engine.model.info.n_layer
+    assert max(report.visible_tokens) <= budget < report.pool_tokens
+    assert min(report.visible_blocks) >= 1 and max(report.visible_blocks) < report.pool_blocks
+    assert answer.text.strip()
+
+
+@needs_patch
+def test_ask_layered_json_reports_the_pool_and_each_layer(shared_store, monkeypatch):
+    monkeypatch.setenv("EPI_HOME", str(shared_store.home))
+    result = runner.invoke(app, ["ask", TEXT_QUESTION, "--store", str(shared_store.store_dir), "--layered",
+                                 "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    layered = out["layered"]
+    assert layered["pool_blocks"] == len([s for s in out["sources"] if s["text"]]) >= 1
+    assert len(layered["visible_blocks"]) == len(layered["visible_tokens"]) > 0
+    assert out["narrowed"] is False and out["kv_loaded_tokens"] + out["kv_prefilled_tokens"] > 0
+
+
+def test_ask_layered_without_the_patch_says_what_to_do(shared_store, monkeypatch):
+    monkeypatch.setenv("EPI_HOME", str(shared_store.home))
+    monkeypatch.setattr(layer_visibility, "available", lambda: False)  # failure injection: an unpatched build
+    result = runner.invoke(app, ["ask", TEXT_QUESTION, "--store", str(shared_store.store_dir), "--layered"])
+    assert_one_line_error(result, "--layered", "install.sh")
+
+
+def test_ask_layered_in_text_mode_is_refused(shared_store, monkeypatch):
+    monkeypatch.setenv("EPI_HOME", str(shared_store.home))
+    result = runner.invoke(app, ["ask", TEXT_QUESTION, "--store", str(shared_store.store_dir), "--layered",
+                                 "--mode", "text"])
+    assert_one_line_error(result, "--layered", "kv mode")
