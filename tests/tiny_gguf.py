@@ -151,8 +151,9 @@ def _tensors(rng: np.random.Generator, n_vocab: int) -> list[tuple[str, np.ndarr
     return out
 
 
-def write_tiny_model(path: Path, seed: int = 0) -> Path:
-    """Write the tiny chat model to `path` (byte-identical for a given seed) and return the path."""
+def write_tiny_model(path: Path, seed: int = 0, space_prefix: bool = False) -> Path:
+    """Write the tiny chat model to `path` (byte-identical for a given seed) and return the path. `space_prefix`:
+    SentencePiece's default (Llama 2 and others), for tests of what it changes."""
     path = Path(path)
     tokens, scores, types = vocabulary()
     n_vocab = len(tokens)
@@ -181,7 +182,7 @@ def write_tiny_model(path: Path, seed: int = 0) -> Path:
         "tokenizer.ggml.add_eos_token": False,
         # SPM's default prepends "▁" to every text and after every special token: off, so that tokenizing pieces of
         # a text separately concatenates like a GPT-2 BPE vocabulary does and "a" round-trips to "a", not " a".
-        "tokenizer.ggml.add_space_prefix": False,
+        "tokenizer.ggml.add_space_prefix": space_prefix,
         "tokenizer.chat_template": CHATML_TEMPLATE,
     }
     tensors = _tensors(np.random.default_rng(seed), n_vocab)

@@ -11,7 +11,7 @@ replaced) and complete after its last.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import time
 
@@ -25,17 +25,31 @@ from .event_keys import RopeParams, similarity_keys
 from .kv_capture import BlockKeeper, read_window
 from .kv_memory import ParsedBlock
 from .llama_backend import LlamaSession, WindowState
-from .segment import SegmentParams, StreamingSegmenter, clean_cut_mask
+from .segment import SegmentParams, StreamingSegmenter
+from .sliding_array import SlidingArray
 from .sources import SourceDocument
-from .token_offsets import token_char_offsets
+from .token_stream import DocumentTokens
 
 DEFAULT_COMMIT_EVERY = 64
 
 
+@dataclass(frozen=True)
+class DecidedEvent:
+    """What a committed event needs of the per-token arrays, taken when it is decided: those arrays keep only a
+    window of the document, and a group is committed up to `commit_every` events later."""
+
+    token_start: int
+    token_end: int
+    char_start: int
+    char_end: int
+    surprise_mean: float
+    surprise_max: float
+
+
 class DocumentPass:
     def __init__(self, store: Store, session: LlamaSession, sink: np.ndarray, embedder: Embedder,
-                 params: SegmentParams, rope: RopeParams, keeper: BlockKeeper | None, pieces: list[bytes],
-                 doc: SourceDocument, tokens: np.ndarray, record: DocumentRecord, commit_every: int,
+                 params: SegmentParams, rope: RopeParams, keeper: BlockKeeper | None, doc: SourceDocument,
+                 tokens: DocumentTokens, record: DocumentRecord, commit_every: int,
                  on_progress: Callable[[int], None], started: float):
         self.store, self.session, self.sink, self.embedder = store, session, sink, embedder
         self.params, self.rope, self.keeper = params, rope, keeper
@@ -43,13 +57,11 @@ class DocumentPass:
         self.commit_every = max(1, commit_every)
         self.on_progress = on_progress
         self.started = started  # perf_counter() when this run took the document up (ingest_seconds)
-        token_pieces = [pieces[t] for t in tokens]
-        self.clean = clean_cut_mask(token_pieces)
-        self.offsets = token_char_offsets(doc.text, token_pieces)
-        del token_pieces
-        self.surprise = np.zeros(len(tokens), dtype=np.float32)
+        # Per-token arrays hold a window: what the segmenter and the batch ahead still read (memory stays flat).
+        self.offsets, self.clean = tokens.offsets, tokens.clean
+        self.surprise = SlidingArray(len(tokens), np.float32)
         self.segmenter = StreamingSegmenter(self.surprise, self.clean, params, self._keys_of)
-        self.pending: list[tuple[int, int]] = []     # decided events not committed yet
+        self.pending: list[DecidedEvent] = []         # decided events not committed yet
         self.committed = 0                            # events committed (the next ordinal)
         self.document: DocumentRecord | None = None   # the partial document once its first group is committed
         self._refine_reads: dict[int, ParsedBlock] = {}  # event start -> the window read that refined its end
@@ -79,12 +91,14 @@ class DocumentPass:
         if resume is not None:
             checkpoint, blob = resume
             self.document, self.committed = document, checkpoint.n_events
+            self.tokens.start_at(checkpoint.surprise_from)  # <= the segmenter's start: nothing before is read
+            self.surprise.release_before(checkpoint.surprise_from)
             self.segmenter.restore(checkpoint.segmenter_start, checkpoint.scored, checkpoint.candidates)
             tail = checkpoint.unpack_surprise()
             self.surprise[checkpoint.surprise_from : checkpoint.surprise_from + len(tail)] = tail
             window = (checkpoint.window, blob)
-        self.session.surprise_pass(self.tokens, self.sink, self.params.local, self.on_progress, self._on_decoded,
-                                   self._on_batch, window, self.surprise)
+        self.session.surprise_pass(self.tokens.tokens, self.sink, self.params.local, self.on_progress,
+                                   self._on_decoded, self._on_batch, window, self.surprise)
         events = self._events(self.pending)
         seconds = time.perf_counter() - self.started
         if self.document is None:  # short enough for one transaction: replaces any earlier version atomically
@@ -97,16 +111,22 @@ class DocumentPass:
         self._refine_reads[a] = read_window(self.session, a, b)
         return similarity_keys(self._refine_reads[a], self.rope)
 
-    def _on_decoded(self, surprise: np.ndarray, known: int) -> int:
+    def _on_decoded(self, surprise: SlidingArray, known: int) -> int:
         for a, b in self.segmenter.advance(known):
-            self._keep_block(self._refine_reads.pop(a, None), a, b)
-            self.pending.append((a, b))
+            s = self.surprise[a:b]
+            event = DecidedEvent(a, b, int(self.offsets[a]), int(self.offsets[b]), float(s.mean()), float(s.max()))
+            self._keep_block(self._refine_reads.pop(a, None), event)
+            self.pending.append(event)
+        first_needed = self.segmenter.needs_from()
+        self.tokens.release_before(first_needed)
+        self.surprise.release_before(first_needed)
         return self.segmenter.start
 
-    def _keep_block(self, refine_read: ParsedBlock | None, a: int, b: int) -> None:
-        """Offer event [a, b)'s KV block (and its representative keys) to the segmenter's tier, unless the tier holds
+    def _keep_block(self, refine_read: ParsedBlock | None, event: DecidedEvent) -> None:
+        """Offer the event's KV block (and its representative keys) to the segmenter's tier, unless the tier holds
         it already (a resumed or repeated ingest of the same text computes the same block under the same key)."""
-        key = block_key(self.doc.content_sha256, int(self.offsets[a]), int(self.offsets[b]))
+        a, b = event.token_start, event.token_end
+        key = block_key(self.doc.content_sha256, event.char_start, event.char_end)
         if self.keeper is None or self.keeper.has(key):
             return
         pos = self.session.cache_pos
@@ -138,17 +158,16 @@ class DocumentPass:
         self.committed += len(events)
         self.pending = []
 
-    def _events(self, spans: list[tuple[int, int]]) -> list[EventRecord]:
+    def _events(self, decided: list[DecidedEvent]) -> list[EventRecord]:
         """The records of decided events, embedded (per group: memory does not grow with the document)."""
         events = []
-        for ordinal, (a, b) in enumerate(spans, self.committed):
-            c0, c1 = int(self.offsets[a]), int(self.offsets[b])
+        for ordinal, e in enumerate(decided, self.committed):
+            c0, c1 = e.char_start, e.char_end
             page_start, page_end, line_start, line_end = self.doc.locate(c0, c1)
-            s = self.surprise[a:b]
             events.append(EventRecord(
-                ordinal=ordinal, token_start=a, token_end=b, char_start=c0, char_end=c1,
+                ordinal=ordinal, token_start=e.token_start, token_end=e.token_end, char_start=c0, char_end=c1,
                 page_start=page_start, page_end=page_end, line_start=line_start, line_end=line_end,
-                surprise_mean=float(s.mean()), surprise_max=float(s.max()), text=self.doc.text[c0:c1],
+                surprise_mean=e.surprise_mean, surprise_max=e.surprise_max, text=self.doc.text[c0:c1],
                 section=self.doc.section(c0, c1),
             ))
         if events:

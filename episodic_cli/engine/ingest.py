@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-import numpy as np
 
 from ..store import DocumentRecord, Store, StoreError
 from .checkpoint import remove_stale_snapshots
@@ -28,6 +27,7 @@ from .llama_backend import INGEST_BATCH, LlamaModel, LlamaSession
 from .segment import SegmentParams
 from .sources import Skipped, SourceDocument, file_sha256, load_document
 from .token_offsets import byte_to_char_offsets, token_char_offsets  # noqa: F401 - their home before document_pass
+from .token_stream import DocumentTokens
 
 
 @dataclass
@@ -139,7 +139,7 @@ class Ingestor:
         start = time.perf_counter()
         key = str(path)
         doc: SourceDocument | None = None
-        tokens = np.empty(0, dtype=np.int32)
+        tokens: DocumentTokens | tuple = ()
         document_pass: DocumentPass | None = None
         try:
             sha = file_sha256(path)
@@ -147,15 +147,15 @@ class Ingestor:
             if existing is not None and not existing.partial and existing.content_sha256 == sha:
                 return IngestResult(key, display_path, "unchanged", existing.n_tokens, existing.n_events)
             doc = load_document(path, display_path)
-            tokens = self.model.tokenize(doc.text)
+            tokens = DocumentTokens(self.model, doc.text)  # counted now, tokenized again chunk by chunk in the pass
             record = DocumentRecord(
                 path=key, display_path=display_path, kind=doc.kind, content_sha256=doc.content_sha256,
                 n_tokens=len(tokens), n_events=0, n_pages=doc.n_pages, n_lines=doc.n_lines, ingest_seconds=0.0,
                 segmenter=self.segmenter,
             )
             document_pass = DocumentPass(self.store, self.session, self.sink, self.embedder, self.params, self.rope,
-                                         self.keeper, self.model.pieces(), doc, tokens, record, self.commit_every,
-                                         progress.tokens_done, start)
+                                         self.keeper, doc, tokens, record, self.commit_every, progress.tokens_done,
+                                         start)
             resume = document_pass.resumable(existing)
             progress.document_started(display_path, len(tokens), resume[0].window.next_token if resume else 0)
             saved = document_pass.run(resume, existing if resume else None)

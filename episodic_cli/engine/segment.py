@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
+from .sliding_array import SlidingArray
+
 REFINE_METHODS = ("modularity", "conductance", "none")
 
 # keys_of(a, b): one row per token a..b-1 whose dot products are the similarity graph A (EM-LLM eq. 2).
@@ -146,7 +148,9 @@ class StreamingSegmenter:
     on the document length n (known up front), so cutting in a stream gives the same events as cutting at the end.
 
     `surprise` is the document's surprise array, filled in by the caller up to the `known` index it passes.
-    `keys_of(start, start + max_tokens)` is asked once per refined event, when that event is decided."""
+    `keys_of(start, start + max_tokens)` is asked once per refined event, when that event is decided.
+    `surprise` and `clean` may be SlidingArrays that hold only a window of the document: the segmenter reads nothing
+    before `needs_from()`, so the caller may release what lies before it (and its own candidate marks go too)."""
 
     def __init__(self, surprise: np.ndarray, clean: np.ndarray, params: SegmentParams, keys_of: KeysOf | None = None):
         self.surprise = surprise
@@ -154,7 +158,7 @@ class StreamingSegmenter:
         self.params = params
         self.keys_of = keys_of if params.refine != "none" else None
         self.n = len(surprise)
-        self.candidate = np.zeros(self.n + 1, dtype=bool)
+        self.candidate = SlidingArray(self.n + 1, bool)
         self._scored = 0        # candidates are final for t < _scored
         self.start = 0          # start of the event not yet decided
 
@@ -166,6 +170,14 @@ class StreamingSegmenter:
         self.candidate[found[found >= self._scored]] = True
         self._scored = known
 
+    def needs_from(self) -> int:
+        """The first token whose surprise, clean mark or candidate mark a later decision may read: the undecided
+        event's start, or the scoring window (tau values before the first unscored token) if that reaches further
+        back. Candidate marks before it are released here."""
+        first = max(0, min(self.start, self._scored - self.params.tau))
+        self.candidate.release_before(self.start)
+        return first
+
     def state(self) -> tuple[int, int, list[int]]:
         """What a checkpoint keeps: the undecided event's start, how far candidates are scored, and the candidates
         from the start on (the decisions ahead read nothing before the start)."""
@@ -176,7 +188,8 @@ class StreamingSegmenter:
         """Continue from `state()` (the caller restores the surprise values the scoring window reads: from
         min(start, scored - tau))."""
         self.start, self._scored = start, scored
-        self.candidate[:] = False
+        self.candidate = SlidingArray(self.n + 1, bool)
+        self.candidate.release_before(start)
         self.candidate[np.asarray(candidates, dtype=np.int64)] = True
 
     def advance(self, known: int) -> list[tuple[int, int]]:
