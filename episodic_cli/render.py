@@ -12,7 +12,6 @@ from rich.markup import escape
 from rich.progress import (
     BarColumn,
     DownloadColumn,
-    MofNCompleteColumn,
     Progress,
     TaskProgressColumn,
     TextColumn,
@@ -24,6 +23,7 @@ from rich.table import Table
 from .engine.answer import citation
 from .engine.ingest import IngestResult
 from .engine.retrieve import RetrievedEvent
+from .engine.run_progress import RunProgress
 from .engine.sources import EMPTY_FILE, Skipped
 
 out = Console(highlight=False, soft_wrap=True)
@@ -98,66 +98,87 @@ def prepare_progress(quiet: bool = False) -> Callable[[int, int], None]:
     return show
 
 
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-:--:--"
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def _count(n: float) -> str:
+    return f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n / 1e3:.0f}k" if n >= 1e4 else f"{n:,.0f}"
+
+
 class IngestProgressView:
-    """Two bars: the current file in tokens (with tokens/s) and the whole run in bytes (with ETA)."""
+    """Two bars: the current file in tokens and the whole run in files and tokens, with the run's tokens/s and the
+    time left (engine/run_progress.py: files not reached yet are estimated from their size, marked "~")."""
 
     def __init__(self, found: list, quiet: bool = False):
         self.quiet = quiet
-        self.sizes = {}
+        sizes = {}
         for f in found:
             if not isinstance(f, Skipped):
                 with contextlib.suppress(OSError):
-                    self.sizes[f[1]] = os.path.getsize(f[0])
+                    sizes[f[1]] = os.path.getsize(f[0])
+        self.run = RunProgress(sizes)
         self.progress = Progress(
             TextColumn("{task.description}", markup=False), BarColumn(), TaskProgressColumn(),
-            MofNCompleteColumn(), TextColumn("{task.fields[rate]}"), TimeRemainingColumn(),
+            TextColumn("{task.fields[count]}"), TextColumn("{task.fields[rate]}"), TextColumn("{task.fields[left]}"),
             # Bars only on a terminal: piped, rich would print their final frame into the log.
             console=err, transient=False, disable=quiet or not err.is_terminal,
         )
         self.overall = None
         self.current = None
-        self._doc_bytes = 0
-        self._doc_tokens = 1
-        self._doc_start = 0.0
-        self._doc_done = 0
-        self._finished_bytes = 0
+        self._doc_done, self._doc_total = 0, 0
 
     def __enter__(self) -> "IngestProgressView":
         self.progress.__enter__()
-        total = sum(self.sizes.values()) or 1
-        self.overall = self.progress.add_task(f"all {len(self.sizes)} files (bytes)", total=total, rate="")
+        self.overall = self.progress.add_task(f"all {self.run.files_total} files", total=1, count="", rate="",
+                                              left="")
+        self._draw_overall()
         return self
 
     def __exit__(self, *exc) -> None:
         self.progress.__exit__(*exc)
 
+    def _draw_overall(self) -> None:
+        run = self.run
+        total, done = run.tokens_total, run.tokens_completed
+        rate = run.tokens_per_s
+        approx = "~" if run.estimated else ""
+        self.progress.update(
+            self.overall, total=max(total, 1), completed=min(done, total),
+            count=f"{run.files_done}/{run.files_total} files, {_count(done)}/{approx}{_count(total)} tokens",
+            rate=f"{rate:,.0f} tok/s" if rate else "", left=f"ETA {approx}{_duration(run.seconds_left)}")
+
     def document_started(self, display_path: str, n_tokens: int, resumed_at: int = 0) -> None:
         if self.current is not None:
             self.progress.remove_task(self.current)
-        self._doc_bytes = self.sizes.get(display_path, 0)
-        self._doc_tokens = max(n_tokens, 1)
-        self._doc_start = time.perf_counter()
-        self._doc_done = 0
-        self.current = self.progress.add_task(display_path[-48:], total=n_tokens, rate="", completed=resumed_at)
-        if resumed_at:
-            self.progress.update(self.overall, advance=self._doc_bytes * resumed_at / self._doc_tokens)
-            if not self.quiet:
-                self.progress.console.print(escape(f"resuming {display_path} at token {resumed_at:,} of "
-                                                   f"{n_tokens:,}"), soft_wrap=True)
+        self.run.document_started(display_path, n_tokens, resumed_at)
+        self._doc_done, self._doc_total = resumed_at, n_tokens
+        self.current = self.progress.add_task(display_path[-48:], total=n_tokens, completed=resumed_at,
+                                              count=f"{resumed_at:,}/{n_tokens:,} tokens", rate="", left="")
+        self._draw_overall()
+        if resumed_at and not self.quiet:
+            self.progress.console.print(escape(f"resuming {display_path} at token {resumed_at:,} of "
+                                               f"{n_tokens:,}"), soft_wrap=True)
 
     def tokens_done(self, n: int) -> None:
-        self._doc_done += n
-        rate = self._doc_done / max(time.perf_counter() - self._doc_start, 1e-6)
-        self.progress.update(self.current, advance=n, rate=f"{rate:,.0f} tok/s")
-        self.progress.update(self.overall, advance=self._doc_bytes * n / self._doc_tokens)
+        self.run.tokens_done(n)
+        if self.current is not None:
+            self._doc_done += n
+            rate = self.run.tokens_per_s
+            left = (self._doc_total - self._doc_done) / rate if rate else None
+            self.progress.update(self.current, completed=self._doc_done,
+                                 count=f"{self._doc_done:,}/{self._doc_total:,} tokens", left=_duration(left))
+        self._draw_overall()
 
     def document_finished(self, result: IngestResult) -> None:
         if self.current is not None:
             self.progress.remove_task(self.current)
             self.current = None
-        # Set, not advance: skipped and unchanged files report no tokens, and token fractions round.
-        self._finished_bytes += self.sizes.get(result.display_path, 0)
-        self.progress.update(self.overall, completed=self._finished_bytes)
+        self.run.document_finished(result.display_path, result.tokens if result.status == "ingested" else 0)
+        self._draw_overall()
         if self.quiet:
             return
         # soft_wrap: one line per file even when piped (rich would otherwise wrap at 80 columns, mid-number).
