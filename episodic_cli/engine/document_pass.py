@@ -22,6 +22,7 @@ from ..store.kv_tier import block_key
 from .checkpoint import Checkpoint, read_snapshot, remove_older_snapshots, snapshot_path, write_snapshot
 from .embedder import Embedder
 from .event_keys import RopeParams, similarity_keys
+from .heap import release_free_memory
 from .kv_capture import BlockKeeper, read_window
 from .kv_memory import ParsedBlock
 from .llama_backend import LlamaSession, WindowState
@@ -101,11 +102,14 @@ class DocumentPass:
                                    self._on_decoded, self._on_batch, window, self.surprise)
         events = self._events(self.pending)
         seconds = time.perf_counter() - self.started
-        if self.document is None:  # short enough for one transaction: replaces any earlier version atomically
-            return self.store.replace_document(replace(self.record, n_events=len(events), ingest_seconds=seconds),
-                                               events)
-        self.store.append_events(self.document.id, events, None)
-        return self.store.finish_document(self.document.id, seconds)
+        try:
+            if self.document is None:  # short enough for one transaction: replaces any earlier version atomically
+                return self.store.replace_document(replace(self.record, n_events=len(events), ingest_seconds=seconds),
+                                                   events)
+            self.store.append_events(self.document.id, events, None)
+            return self.store.finish_document(self.document.id, seconds)
+        finally:
+            release_free_memory()
 
     def _keys_of(self, a: int, b: int) -> np.ndarray:
         self._refine_reads[a] = read_window(self.session, a, b)
@@ -157,6 +161,7 @@ class DocumentPass:
         remove_older_snapshots(path)
         self.committed += len(events)
         self.pending = []
+        release_free_memory()  # else the C heap keeps the group's freed buffers and RSS creeps (heap.py)
 
     def _events(self, decided: list[DecidedEvent]) -> list[EventRecord]:
         """The records of decided events, embedded (per group: memory does not grow with the document)."""
