@@ -20,6 +20,7 @@ import numpy as np
 from ..store import DocumentRecord, EventRecord, Store
 from ..store.kv_tier import block_key
 from .checkpoint import Checkpoint, read_snapshot, remove_older_snapshots, snapshot_path, write_snapshot
+from .code_cuts import CodeCuts
 from .embedder import Embedder
 from .event_keys import RopeParams, similarity_keys
 from .heap import release_free_memory
@@ -61,11 +62,18 @@ class DocumentPass:
         # Per-token arrays hold a window: what the segmenter and the batch ahead still read (memory stays flat).
         self.offsets, self.clean = tokens.offsets, tokens.clean
         self.surprise = SlidingArray(len(tokens), np.float32)
-        self.segmenter = StreamingSegmenter(self.surprise, self.clean, params, self._keys_of)
+        self.segmenter = StreamingSegmenter(self.surprise, self.clean, params, self._keys_of, self._code_cut_costs())
         self.pending: list[DecidedEvent] = []         # decided events not committed yet
         self.committed = 0                            # events committed (the next ordinal)
         self.document: DocumentRecord | None = None   # the partial document once its first group is committed
         self._refine_reads: dict[int, ParsedBlock] = {}  # event start -> the window read that refined its end
+
+    def _code_cut_costs(self):
+        """For a code file, the cost of each cut (code_cuts.py): events follow its definitions; None for prose."""
+        if self.doc.kind != "code" or self.params.code_cuts != "definitions":
+            return None
+        cuts = CodeCuts(self.doc.text, python=self.doc.path.suffix.lower() in (".py", ".pyi"))
+        return lambda start, lo, hi: cuts.costs(self.offsets, self.clean, start, lo, hi, self.params.max_tokens)
 
     # -- what a checkpoint is valid for --------------------------------------------------------------------------
 

@@ -17,12 +17,16 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
+from .code_cuts import MIN_CODE_TOKENS, cut_choices
 from .sliding_array import SlidingArray
 
 REFINE_METHODS = ("modularity", "conductance", "none")
+CODE_CUTS = ("definitions", "surprise")  # code files: cut between definitions and statements, or as prose
 
 # keys_of(a, b): one row per token a..b-1 whose dot products are the similarity graph A (EM-LLM eq. 2).
 KeysOf = Callable[[int, int], np.ndarray]
+# cut_costs(start, a, b): the cost of each cut a..b of the event that begins at `start` (code_cuts.py).
+CutCosts = Callable[[int, int, int], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,7 @@ class SegmentParams:
     snap_radius: int = 48     # how far a boundary may move to reach a sentence or line end
     local: int = 640          # ingest pass: preceding tokens every token sees at least, besides the sink
     refine: str = "modularity"  # boundary refinement objective (EM-LLM 3.3): modularity, conductance or none
+    code_cuts: str = "definitions"  # code: events end between definitions and statements (code_cuts.py)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -41,9 +46,10 @@ class SegmentParams:
     @classmethod
     def from_recorded(cls, recorded: dict) -> "SegmentParams":
         """The parameters a store recorded. Stores written before refinement existed have no `refine`: their events
-        were cut without it, so they read as "none". Keys added by newer versions are ignored."""
+        were cut without it, so they read as "none"; likewise code cut before `code_cuts` was cut by surprise alone.
+        Keys added by newer versions are ignored."""
         names = {f.name for f in fields(cls)}
-        return cls(**{"refine": "none", **{k: v for k, v in recorded.items() if k in names}})
+        return cls(**{"refine": "none", "code_cuts": "surprise", **{k: v for k, v in recorded.items() if k in names}})
 
     def validate(self) -> None:
         if not 16 <= self.min_tokens <= self.max_tokens:
@@ -54,6 +60,8 @@ class SegmentParams:
             raise ValueError("local must be at least 1")
         if self.refine not in REFINE_METHODS:
             raise ValueError(f"refine must be one of {', '.join(REFINE_METHODS)}")
+        if self.code_cuts not in CODE_CUTS:
+            raise ValueError(f"code_cuts must be one of {', '.join(CODE_CUTS)}")
 
 
 def surprise_candidates(surprise: np.ndarray, gamma: float, tau: int) -> np.ndarray:
@@ -129,12 +137,12 @@ def refine_cut(keys: np.ndarray, cuts: np.ndarray, method: str) -> int:
     return int(cuts[np.flatnonzero(scores == scores.max())[-1]])
 
 
-def _snap(pos: int, clean: np.ndarray, lo: int, hi: int, radius: int) -> int | None:
-    """The clean cut nearest to `pos` within `radius`, restricted to [lo, hi]; None if there is none."""
+def _snap(pos: int, marks: np.ndarray, lo: int, hi: int, radius: int) -> int | None:
+    """The marked cut (marks[q - lo] for q in [lo, hi]) nearest to `pos` within `radius`; None if there is none."""
     best = None
     for d in range(radius + 1):
         for q in (pos - d, pos + d):
-            if lo <= q <= hi and clean[q]:
+            if lo <= q <= hi and marks[q - lo]:
                 best = q
                 break
         if best is not None:
@@ -149,14 +157,18 @@ class StreamingSegmenter:
 
     `surprise` is the document's surprise array, filled in by the caller up to the `known` index it passes.
     `keys_of(start, start + max_tokens)` is asked once per refined event, when that event is decided.
+    `cut_costs` (code files, code_cuts.py) narrows each event's cuts to those that break the fewest definitions and
+    statements; surprise and refinement choose among them.
     `surprise` and `clean` may be SlidingArrays that hold only a window of the document: the segmenter reads nothing
     before `needs_from()`, so the caller may release what lies before it (and its own candidate marks go too)."""
 
-    def __init__(self, surprise: np.ndarray, clean: np.ndarray, params: SegmentParams, keys_of: KeysOf | None = None):
+    def __init__(self, surprise: np.ndarray, clean: np.ndarray, params: SegmentParams, keys_of: KeysOf | None = None,
+                 cut_costs: CutCosts | None = None):
         self.surprise = surprise
         self.clean = clean
         self.params = params
         self.keys_of = keys_of if params.refine != "none" else None
+        self.cut_costs = cut_costs
         self.n = len(surprise)
         self.candidate = SlidingArray(self.n + 1, bool)
         self._scored = 0        # candidates are final for t < _scored
@@ -209,23 +221,45 @@ class StreamingSegmenter:
     def _next_cut(self) -> int:
         p, s, n = self.params, self.start, self.n
         lo, hi = s + p.min_tokens, min(s + p.max_tokens, n - p.min_tokens)
+        if self.cut_costs is not None:
+            cut = self._code_cut(lo, hi)
+            if cut is not None:
+                return cut
         if hi < lo:  # the remainder cannot hold two events of min size; split it evenly
             return s + (n - s) // 2
         return self._refine(lo, self._surprise_cut(lo, hi))
 
-    def _surprise_cut(self, lo: int, hi: int) -> int:
+    def _code_cut(self, lo: int, hi: int) -> int | None:
+        """The cut of an event of code (code_cuts.py): only the line starts in [lo, hi] that break the least stay
+        candidates, or an earlier one when all of those would break a definition or statement that fits in an event.
+        None when no line starts in range (the prose rules then apply)."""
+        s, n = self.start, self.n
+        if hi < lo:  # the remainder cannot hold two events of min size: cut where the structure allows
+            lo, hi = s + MIN_CODE_TOKENS, min(s + self.params.max_tokens, n - MIN_CODE_TOKENS)
+            if hi < lo:
+                return None
+        early_from = min(s + MIN_CODE_TOKENS, lo)
+        choice = cut_choices(self.cut_costs(s, early_from, hi), lo, hi, early_from)
+        if choice is None or isinstance(choice, int):
+            return choice
+        return self._refine(lo, self._surprise_cut(lo, hi, choice), choice)
+
+    def _surprise_cut(self, lo: int, hi: int, marks: np.ndarray | None = None) -> int:
+        """The most surprising candidate in [lo, hi] snapped to a marked cut (`marks` over lo..hi, default the clean
+        cuts)."""
         p, surprise = self.params, self.surprise
+        marks = np.asarray(self.clean[lo : hi + 1], dtype=bool) if marks is None else marks
         window = np.flatnonzero(self.candidate[lo : hi + 1]) + lo
         # The most surprising candidate in range wins (EM-LLM keeps the peaks); then snap it to a clean end.
         for c in window[np.argsort(-surprise[window], kind="stable")]:
-            cut = _snap(int(c), self.clean, lo, hi, p.snap_radius)
+            cut = _snap(int(c), marks, lo, hi, p.snap_radius)
             if cut is not None:
                 return cut
         # No surprise peak in range: the latest clean cut keeps events large, else a hard cut.
-        clean_in = np.flatnonzero(self.clean[lo : hi + 1])
+        clean_in = np.flatnonzero(marks)
         return int(clean_in[-1] + lo) if len(clean_in) else hi
 
-    def _refine(self, lo: int, beta: int) -> int:
+    def _refine(self, lo: int, beta: int, marks: np.ndarray | None = None) -> int:
         """EM-LLM Algorithm 1, line 8, within epi's bounds. beta is a clean cut whenever [lo, hi] holds one, so the
         clean candidates are never empty then. The graph spans the tokens an event may hold, [s, s + max_tokens),
         all still in the ingest window, so the decision stays independent of how the surprise values arrived."""
@@ -233,7 +267,8 @@ class StreamingSegmenter:
             return beta
         s = self.start
         span = np.arange(lo, beta + 1)
-        clean = span[self.clean[lo : beta + 1]]
+        marks = np.asarray(self.clean[lo : beta + 1], dtype=bool) if marks is None else marks[: beta - lo + 1]
+        clean = span[marks]
         cuts = clean if len(clean) else span
         if len(cuts) < 2:
             return beta
@@ -246,9 +281,10 @@ def segment(
     clean: np.ndarray,
     params: SegmentParams,
     keys: np.ndarray | None = None,
+    cut_costs: CutCosts | None = None,
 ) -> list[tuple[int, int]]:
     """Split one document's tokens into events [(start, end), ...] covering 0..n without gaps; `keys` (one row per
-    token) turns on refinement as `params.refine` says.
+    token) turns on refinement as `params.refine` says; `cut_costs` makes cuts follow code structure.
 
     Every event has min_tokens <= size <= max_tokens, except a document shorter than min_tokens (one event) and a
     final remainder that cannot be merged without exceeding max_tokens."""
@@ -256,4 +292,4 @@ def segment(
     if n == 0:
         return []
     keys_of = None if keys is None else (lambda a, b: keys[a:b])
-    return StreamingSegmenter(surprise, clean, params, keys_of).advance(n)
+    return StreamingSegmenter(surprise, clean, params, keys_of, cut_costs).advance(n)
