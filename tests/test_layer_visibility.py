@@ -32,8 +32,8 @@ class Context:
 
     def __init__(self, model, flash_attn: bool):
         params = L.llama_context_default_params()
-        params.n_ctx = 512
-        params.n_batch = params.n_ubatch = 512
+        params.n_ctx = 256
+        params.n_batch = params.n_ubatch = 256
         params.n_seq_max = N_SEQ_MAX
         params.n_threads = params.n_threads_batch = default_threads()
         params.kv_unified = True
@@ -43,7 +43,7 @@ class Context:
         self.ctx = L.llama_init_from_model(model.ptr, params)
         assert self.ctx, "llama.cpp could not create the test context"
         self.memory = L.llama_get_memory(self.ctx)
-        self.batch = L.llama_batch_init(512, 0, 1)
+        self.batch = L.llama_batch_init(256, 0, 1)
 
     def decode(self, tokens: np.ndarray, pos0: int) -> np.ndarray:
         b, n = self.batch, len(tokens)
@@ -61,9 +61,9 @@ class Context:
 
 @pytest.fixture(scope="module")
 def texts(bundled_model):
-    """~200 tokens of real prose with a 100-token block in the middle, and a question after them."""
-    text = bundled_model.tokenize(license_text())[:200]
-    return text, (40, 140), bundled_model.tokenize(QUESTION)
+    """128 tokens of real prose with a 64-token block in the middle, and a question after them."""
+    text = bundled_model.tokenize(license_text())[:128]
+    return text, (32, 96), bundled_model.tokenize(QUESTION)
 
 
 def prefilled(model, texts, flash_attn: bool) -> Context:
