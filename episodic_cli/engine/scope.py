@@ -8,7 +8,7 @@ documents `--doc GLOB` allows.
 - documents (`--doc` and file names in the question) and chapters, sections, pages are a *filter*: retrieval
   searches only their events. A name that matches nothing in the archive is dropped (with a note saying so), so a
   question about "chapter 9" of a book with 8 is answered from the whole archive rather than from nothing;
-- code symbols are a strong *boost*: their events rank first, the rest of the archive still follows (a question
+- code symbols are a strong *boost*: their best event ranks first, the rest of the archive still follows (a question
   about what a function returns may be answered by its caller or its documentation).
 
 Plain engine module: no terminal output.
