@@ -11,6 +11,11 @@ retrieved events, and score contains-match / token F1 against the gold answer an
 excerpt. Writes `heldout.md` and `heldout.json` to --out.
 
     python bench/heldout.py [--sets bench/heldout] [--stores DIR] [--out docs/] [--threads N] [--only SET ...]
+    python bench/heldout.py --retrieval [--only SET ...]   # source recall only, no answers: retrieval.json
+
+`--retrieval` ingests the same way, then only retrieves (what `Workspace.ask` retrieves: k=3, +-1 neighbour) and
+reports per question whether the gold excerpt lies inside the retrieved events, and inside a hit itself (not only
+a neighbour), with the hits' citations: minutes instead of the answers' half hour.
 """
 from __future__ import annotations
 
@@ -25,7 +30,7 @@ from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from eval import ask_once, load_average, score_answer, squash  # noqa: E402
+from eval import ask_once, covers, load_average, score_answer, squash  # noqa: E402
 
 from episodic_cli.engine.paths import cache_dir  # noqa: E402
 from episodic_cli.engine.segment import SegmentParams  # noqa: E402
@@ -93,7 +98,18 @@ def ask(ws: Workspace, store, question: dict, mode: str, warnings: list[str]) ->
     return row
 
 
-def run_set(spec: dict, stores: Path, threads: int | None, log) -> dict:
+def retrieval_row(ws: Workspace, store, question: dict) -> dict:
+    """Where the gold excerpt is among the events `Workspace.ask` would read: inside them (source recall), inside a hit
+    itself, and the hits' rank-ordered citations."""
+    retrieved = ws.retrieve(store, question["question"], 3, 1)
+    hits = sorted((r for r in retrieved if r.score is not None), key=lambda r: r.rank)
+    gold_hit = next((h.rank for h in hits if covers([h.event.text], question["gold_text"])), None)
+    return {"qid": question["qid"], "source_recall": covers([r.event.text for r in retrieved], question["gold_text"]),
+            "gold_in_hit": gold_hit, "retrieved_tokens": sum(r.n_tokens for r in retrieved),
+            "hits": [f"{h.document.display_path}:{h.event.line_start or h.event.page_start}" for h in hits]}
+
+
+def run_set(spec: dict, stores: Path, threads: int | None, log, retrieval_only: bool = False) -> dict:
     paths = [resolve(p) for p in spec["documents"]]
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
@@ -113,6 +129,11 @@ def run_set(spec: dict, stores: Path, threads: int | None, log) -> dict:
             log(f"  not scored (gold excerpt not in this copy of the documents): {', '.join(stale)}")
         questions = [q for q in spec["questions"] if q["qid"] not in stale]
         for q in questions:
+            if retrieval_only:
+                row = retrieval_row(ws, store, q)
+                rows.append(row)
+                log(f"  {q['qid']:<14} src={row['source_recall']:.0f} hit={row['gold_in_hit']} {row['hits']}")
+                continue
             for mode in MODES:
                 row = ask(ws, store, q, mode, warnings)
                 rows.append(row)
@@ -198,6 +219,20 @@ def write_markdown(result: dict, path: Path) -> None:
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+def write_retrieval(results: list[dict], out: Path, log) -> int:
+    """Source recall per set (and in a hit itself), logged and written to out/retrieval.json."""
+    for s in results:
+        rows = s.get("rows") or []
+        if rows:
+            log(f"{s['set']}: source recall {sum(r['source_recall'] for r in rows):.0f} of {len(rows)}, gold in a hit "
+                f"{sum(r['gold_in_hit'] is not None for r in rows)}; missed: "
+                f"{', '.join(r['qid'] for r in rows if not r['source_recall']) or 'none'}")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "retrieval.json").write_text(json.dumps({"date": datetime.now().strftime("%Y-%m-%d %H:%M"),
+                                                    "sets": results}, indent=1), encoding="utf-8")
+    return 0 if any(s.get("rows") for s in results) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sets", type=Path, default=Path(__file__).resolve().parent / "heldout")
@@ -205,11 +240,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("docs"))
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--only", nargs="*", help="set names to run (default: all)")
+    ap.add_argument("--retrieval", action="store_true", help="source recall only (no answers): writes retrieval.json")
     args = ap.parse_args(argv)
     log = lambda msg: print(msg, flush=True)  # noqa: E731
     t0, load_start = time.perf_counter(), load_average()
     sets = [s for s in load_sets(args.sets) if not args.only or s["set"] in args.only]
-    results = [run_set(s, args.stores, args.threads, log) for s in sets]
+    results = [run_set(s, args.stores, args.threads, log, args.retrieval) for s in sets]
+    if args.retrieval:
+        return write_retrieval(results, args.out, log)
     if not any(s.get("rows") for s in results):  # nothing measured: keep whatever --out holds
         log(f"no question was answered (sets: {', '.join(s['set'] for s in results) or 'none matched'}); "
             f"nothing written to {args.out}")
