@@ -35,17 +35,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from long_run import build_text, committed_tokens  # noqa: E402
-
-
-def vm_rss_mb(pid: int) -> float:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
+from long_run import build_text, committed_tokens, rss_mb  # noqa: E402
 
 
 def children(pid: int) -> list[int]:
@@ -74,7 +64,7 @@ def ingest(doc: Path, store: Path, model: str | None, every: float, env: dict) -
         while not done.wait(every):
             python = children(proc.pid)  # /usr/bin/time's child is epi
             if python:
-                samples.append((time.monotonic() - started, committed_tokens(store), vm_rss_mb(python[0])))
+                samples.append((time.monotonic() - started, committed_tokens(store), rss_mb(python[0])))
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()

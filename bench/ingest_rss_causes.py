@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
-import sqlite3
 import sys
 import threading
 import time
@@ -24,6 +23,8 @@ import tracemalloc
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from long_run import committed_tokens  # noqa: E402
 
 
 class MallInfo2(ctypes.Structure):
@@ -50,19 +51,6 @@ def vm_rss() -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     return 0
-
-
-def committed_tokens(store: Path) -> int:
-    db = store / "store.sqlite3"
-    if not db.exists():
-        return 0
-    try:
-        conn = sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True, timeout=5)
-        row = conn.execute("SELECT COALESCE(MAX(token_end), 0) FROM events").fetchone()
-        conn.close()
-        return int(row[0])
-    except sqlite3.Error:
-        return -1
 
 
 def sample(store: Path, t0: float, trim: bool) -> dict:
