@@ -39,7 +39,10 @@ _HUMP_RE = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 
 def identifier_parts(word: str) -> list[str]:
     """The lower-cased parts of an identifier split at underscores and camel-case humps ([] when it has one part).
-    Single letters are dropped: they match everything and name nothing."""
+    Single letters are dropped: they match everything and name nothing. Only ASCII words are split: the humps know
+    only ASCII letters, so "Größe" would become "gr" and "résumé" "sum"."""
+    if not word.isascii():
+        return []
     parts = [h.lower() for chunk in word.split("_") for h in _HUMP_RE.findall(chunk)]
     parts = [p for p in parts if len(p) > 1]
     return parts if len(parts) > 1 or (parts and parts[0] != word.lower()) else []

@@ -28,6 +28,7 @@ import numpy as np
 from .. import native
 from ..store.kv_tier import StoredBlock
 from . import layer_visibility
+from .errors import EpiError
 from .event_keys import REP_KEYS, representative_keys, rope_params, unrotated_keys
 from .kv_capture import BlockKeeper
 from .kv_memory import STAGING_SEQ, ParsedBlock, decode_block
@@ -74,6 +75,13 @@ class LayeredAnswerer(KVModeAnswerer):
         self.report = LayeredReport()
         self._rep_keys: dict[bytes, np.ndarray] = {}  # block key -> float16 [n_layer, <= REP_KEYS, n_embd_k]
         super().__init__(model, n_ctx, keeper, **kwargs)
+        try:  # the patch refuses models whose attention is not the plain KV cache (sliding window, recurrent)
+            layer_visibility.set_hidden_seqs(self.session.ctx, -1, [FIRST_BLOCK_SEQ])
+            layer_visibility.clear(self.session.ctx)
+        except ValueError:
+            self.session.close()
+            raise EpiError("--layered does not support this model's attention (not a plain KV cache); answer "
+                           "without --layered") from None
 
     def _new_session(self, n_ctx: int, n_threads: int | None) -> LlamaSession:
         return LlamaSession(self.model, n_ctx=n_ctx, n_threads=n_threads, n_seq_max=FIRST_BLOCK_SEQ + MAX_POOL,
@@ -135,7 +143,11 @@ class LayeredAnswerer(KVModeAnswerer):
             self.session.prefill(part.tokens, pos)
         finally:
             self.capture.disarm()
-        visible = self.select(self.capture.queries(), np.arange(pos, pos + len(part.tokens)), pool)
+        queries = self.capture.queries()
+        if queries.shape[1] != len(part.tokens):
+            raise EpiError(f"--layered read {queries.shape[1]} query rows for {len(part.tokens)} question tokens from "
+                           "this model's graph; answer without --layered")
+        visible = self.select(queries, np.arange(pos, pos + len(part.tokens)), pool)
         L.llama_memory_seq_rm(memory, 0, pos, -1)
         for layer, row in enumerate(visible):
             hidden = [FIRST_BLOCK_SEQ + i for i in np.flatnonzero(~row)]

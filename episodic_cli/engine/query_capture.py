@@ -4,8 +4,9 @@ Per-layer block selection (EM-LLM 3.4) needs the question's query in every layer
 context is created with an eval callback (`cb_eval`) that, while armed, asks for the graph's `Qcur-<layer>` nodes
 after RoPE ([head_dim, n_head, n_tokens] float32) and copies them out. Copies go through
 `ggml_backend_tensor_get`, which reads host and device buffers alike, so layers offloaded to CUDA or Metal are read
-the same way (one synchronisation per asked node; only while armed). Disarmed, the callback declines every node at
-once and the graph runs in one piece.
+the same way (one synchronisation per asked node; only while armed). Disarmed, the callback declines each node it
+is asked about, so the graph runs unsplit; ggml still calls it once per node of every decode (~1,000 ctypes calls
+per generated token on the bundled model), which is why only layered answerers install it.
 
 The tensor's fields are read through a ctypes mirror of `struct ggml_tensor` of the ggml that llama-cpp-python
 0.3.36 vendors (ggml.h: GGML_MAX_DIMS 4, GGML_MAX_OP_PARAMS 64, GGML_MAX_SRC 10, GGML_MAX_NAME 64): the version is
@@ -18,6 +19,8 @@ from pathlib import Path
 
 import llama_cpp as L
 import numpy as np
+
+from .errors import EpiError
 
 GGML_TYPE_F32 = 0
 GGML_OP_ROPE = 48  # enum ggml_op of the vendored ggml.h (the 49th entry after GGML_OP_NONE = 0)
@@ -76,9 +79,9 @@ class QueryCapture:
     def queries(self) -> np.ndarray:
         """float32 [n_layer, n_tokens, n_head * head_dim]: post-RoPE queries of the tokens decoded while armed."""
         counts = {sum(len(r) for r in rows) for rows in self._rows}
-        if len(counts) != 1:
-            raise RuntimeError(f"query capture saw different token counts per layer ({sorted(counts)}): "
-                               "this model's graph does not name its queries Qcur-<layer>")
+        if len(counts) != 1 or counts == {0}:
+            raise EpiError("--layered cannot read this model's attention queries (its llama.cpp graph names no "
+                           "rotated Qcur-<layer> nodes); answer without --layered")
         return np.stack([np.concatenate(rows) if rows else np.zeros((0, self.n_head * self.head_dim), np.float32)
                          for rows in self._rows])
 

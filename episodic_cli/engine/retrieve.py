@@ -53,7 +53,9 @@ def with_leaders_first(fused: list[tuple[int, float]], rankings: list[list[tuple
     only the lexical channel places first, yet that one is often the only event holding a question's rare
     identifier (held-out code sets: platformdirs' `AppDirs` alias was lexical rank 1, dense rank 36, fused rank 9)."""
     leaders = {ranking[0][0] for ranking in rankings if ranking}
-    return [h for h in fused if h[0] in leaders] + [h for h in fused if h[0] not in leaders]
+    best = fused[0][1] if fused else 0.0  # a leader scores as the best fused event, so relevance_order and EpMAN
+    return ([(i, max(s, best)) for i, s in fused if i in leaders]  # weights treat it as a best hit, not its old rank
+            + [h for h in fused if h[0] not in leaders])
 
 
 def retrieve(

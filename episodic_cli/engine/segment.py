@@ -3,7 +3,8 @@
 1. Candidate boundaries: token t starts a new event when its surprise exceeds mu + gamma * sigma of the `tau`
    preceding tokens (EM-LLM eq. 1).
 2. Cut points are snapped to the nearest sentence or line end, so citations and excerpts read cleanly.
-3. Event sizes are held within [min_tokens, max_tokens] (the seeds found 200-500-token units retrieve best).
+3. Event sizes are held within [min_tokens, max_tokens] (the seeds found 200-500-token units retrieve best); an
+   event of code may end sooner (at least MIN_CODE_TOKENS) so that the next definition stays whole.
 4. Refinement (Algorithm 1, line 8): the surprise cut beta may move back to the cut in [start + min_tokens, beta]
    (clean cuts only, when there are any) that best splits the key-similarity graph of the tokens
    [start, start + max_tokens) in two: highest modularity (eq. 3) or lowest conductance (eq. 4), in O(max_tokens x
@@ -286,8 +287,9 @@ def segment(
     """Split one document's tokens into events [(start, end), ...] covering 0..n without gaps; `keys` (one row per
     token) turns on refinement as `params.refine` says; `cut_costs` makes cuts follow code structure.
 
-    Every event has min_tokens <= size <= max_tokens, except a document shorter than min_tokens (one event) and a
-    final remainder that cannot be merged without exceeding max_tokens."""
+    Every event has min_tokens <= size <= max_tokens, except a document shorter than min_tokens (one event), a
+    final remainder that cannot be merged without exceeding max_tokens, and an event of code cut short (at least
+    MIN_CODE_TOKENS) to keep the next definition whole."""
     n = len(surprise)
     if n == 0:
         return []

@@ -22,7 +22,7 @@ from .ingest import Ingestor
 from .kv_capture import DEFAULT_KIND, BlockKeeper, tier_config
 from .kv_mode import KVModeAnswerer, PrepareProgress, episodic_weights
 from . import layer_visibility
-from .layered import LayeredAnswerer
+from .layered import MAX_POOL, LayeredAnswerer
 from .llama_backend import LlamaModel
 from .models import PreparedModel, prepare_model
 from .paths import cache_dir, store_path
@@ -240,7 +240,7 @@ class Workspace:
         anchors = {r.event.id for r in retrieved}
         if layered:  # a pool of whole blocks; each layer picks its own (narrowing would leave no blocks to pick)
             retrieved = relevance_order(self.retrieve(store, question, max(k, LAYERED_POOL_K), neighbours,
-                                                      scope=scope, pool=True))
+                                                      scope=scope, pool=True))[-MAX_POOL:]  # best last: keep those
             narrow = False
         answer = Answer()
         answer.timings.retrieve_s = time.perf_counter() - started
