@@ -194,14 +194,14 @@ def test_failed_document_is_rolled_back_others_kept_and_rerun_resumes(engine, tm
     real_insert = episodic_store.Store._insert_event
     calls = {"n": 0}
 
-    def flaky_insert(self, document_id, ev, vector):
+    def flaky_insert(self, document_id, ev, vector, *more):
         # An I/O error on the 2nd event of the 2nd document: its first event is already written. (A full disk
         # stops the whole run instead: tests/test_faults.py.)
         row = self._conn.execute("SELECT path FROM documents WHERE id = ?", (document_id,)).fetchone()
         if row[0] == second and ev.ordinal == 1:
             calls["n"] += 1
             raise sqlite3.OperationalError("disk I/O error")
-        return real_insert(self, document_id, ev, vector)
+        return real_insert(self, document_id, ev, vector, *more)
 
     monkeypatch.setattr(episodic_store.Store, "_insert_event", flaky_insert)
     results = _ingest(ws, files)
