@@ -25,7 +25,7 @@ import re
 
 import numpy as np
 
-from .structure import regex_symbols
+from .structure import line_offsets, regex_symbols
 
 DEFINITION, COMPOUND, STATEMENT = 100, 30, 10   # cost of breaking one that fits in an event
 BREAKS_FITTING = STATEMENT                        # a cost from this on breaks something that fits
@@ -45,7 +45,7 @@ class CodeCuts:
 
     def __init__(self, text: str, python: bool):
         self.text = text
-        self.lines = np.asarray([0] + [m.end() for m in re.finditer("\n", text)], dtype=np.int64)
+        self.lines = np.asarray(line_offsets(text), dtype=np.int64)
         n_lines = len(self.lines)
         ends = np.append(self.lines[1:], len(text))
         stripped = [text[a:b].lstrip(" \t") for a, b in zip(self.lines, ends)]

@@ -21,6 +21,7 @@ from pathlib import Path
 import pathspec
 
 from .errors import EpiError
+from .structure import line_offsets
 
 # pypdf (strict=False) logs a warning for every repaired xref/object; with no handler configured Python's
 # last-resort handler would print those to stderr in the middle of the CLI's output. A NullHandler keeps them
@@ -103,7 +104,7 @@ class SourceDocument:
             # offset belongs to the later (non-empty) page.
             return bisect_right(self.page_starts, first), bisect_right(self.page_starts, last), None, None
         if self._line_starts is None:
-            self._line_starts = [0] + [m.end() for m in re.finditer("\n", self.text)]
+            self._line_starts = line_offsets(self.text)
         n = len(self._line_starts)
         return None, None, min(bisect_right(self._line_starts, first), n), min(bisect_right(self._line_starts, last), n)
 

@@ -278,7 +278,8 @@ def outline_sections(text: str, page_starts: list[int], outline: list[tuple[int,
 # ------------------------------------------------------------------------------------------------ code
 
 
-def _line_offsets(text: str) -> list[int]:
+def line_offsets(text: str) -> list[int]:
+    """Character offset where each line of `text` starts (0 first)."""
     return [0] + [m.end() for m in re.finditer("\n", text)]
 
 
@@ -288,7 +289,7 @@ def python_symbols(text: str) -> list[Section] | None:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError):
         return None
-    starts = _line_offsets(text)
+    starts = line_offsets(text)
     out: list[Section] = []
 
     def offset(line: int) -> int:
