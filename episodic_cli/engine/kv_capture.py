@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Callable
 
 import llama_cpp as L
+import numpy as np
 
 from ..store.kv_tier import Admission, Tier, TierConfig
 from .event_keys import RopeParams, representative_keys, rope_params
@@ -64,10 +65,13 @@ class BlockKeeper:
     def has(self, key: bytes) -> bool:
         return self.tier.path_of(key).is_file()
 
-    def offer(self, key: bytes, block: ParsedBlock, on_use: bool) -> Admission:
-        """Keep an event's block (see KVSpace for when). `on_use`: prepared for an answer, not captured by ingest."""
+    def offer(self, key: bytes, block: ParsedBlock, on_use: bool, rep_keys: np.ndarray | None = None) -> Admission:
+        """Keep an event's block (see KVSpace for when). `on_use`: prepared for an answer, not captured by ingest.
+        `rep_keys`: the block's representative keys when the caller has computed them already."""
+        if rep_keys is None:
+            rep_keys = representative_keys(block, self.rope)
         outcome = self.tier.offer(key, KIND_BLOCK_TYPE[self.kind], block.n_cells, encode_block(block, self.kind),
-                                  representative_keys(block, self.rope), on_use)
+                                  rep_keys, on_use)
         self.outcomes[outcome] += 1
         if outcome in _REFUSALS and not self._told:
             self._told = True

@@ -29,7 +29,7 @@ from .. import native
 from ..store.kv_tier import StoredBlock
 from . import layer_visibility
 from .errors import EpiError
-from .event_keys import REP_KEYS, representative_keys, rope_params, unrotated_keys
+from .event_keys import REP_KEYS, representative_keys, unrotated_keys
 from .kv_capture import BlockKeeper
 from .kv_memory import STAGING_SEQ, ParsedBlock, decode_block
 from .kv_mode import KVModeAnswerer, _Part
@@ -67,7 +67,7 @@ class LayeredAnswerer(KVModeAnswerer):
         layer sees first (retrieval's own choice), the rest of each layer's budget going to its query's choice."""
         if not layer_visibility.available():
             raise RuntimeError("per-layer visibility needs epi's patched llama.cpp (engine/layer_visibility.py)")
-        self.rope = rope_params(model)
+        self.rope = keeper.rope
         n_head = int(L.llama_model_n_head(model.ptr))
         self.capture = QueryCapture(model.info.n_layer, n_head, self.rope.head_dim)
         self.budget = budget
@@ -110,8 +110,9 @@ class LayeredAnswerer(KVModeAnswerer):
         return block
 
     def _captured(self, part: _Part, block: ParsedBlock) -> None:
-        super()._captured(part, block)
-        self._rep_keys[part.block_key] = representative_keys(block, self.rope)
+        """Offer the block as kv mode does, with the representative keys computed once for the tier and the pool."""
+        keys = self._rep_keys[part.block_key] = representative_keys(block, self.rope)
+        self.keeper.offer(part.block_key, block, on_use=True, rep_keys=keys)
 
     # -- selection ------------------------------------------------------------------------------------------
 
