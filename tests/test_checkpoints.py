@@ -40,6 +40,28 @@ def events_of(store_dir):
                      for e in st.events_of(doc.id)]
 
 
+def ingest_whole(engine, store_dir, path):
+    """The events of an uninterrupted ingest of `path` (what an interrupted one must resume to)."""
+    [result] = ingest(workspace_for(engine, store_dir), store_dir, path)
+    assert result.status == "ingested", result.error
+    return events_of(store_dir)
+
+
+def power_cut_after(monkeypatch, checkpoints: int) -> None:
+    """Make the document pass fail right after its `checkpoints`-th committed checkpoint, mid-document
+    (`monkeypatch.undo()` restores it)."""
+    real_checkpoint = document_pass.DocumentPass._checkpoint
+    calls = []
+
+    def crash_after(self, state):
+        real_checkpoint(self, state)
+        calls.append(state.next_token)
+        if len(calls) == checkpoints:
+            raise RuntimeError("power cut")
+
+    monkeypatch.setattr(document_pass.DocumentPass, "_checkpoint", crash_after)
+
+
 @pytest.fixture(scope="module")
 def long_text(tmp_path_factory):
     path = tmp_path_factory.mktemp("docs") / "long.txt"
@@ -49,10 +71,7 @@ def long_text(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def uninterrupted(engine, long_text, tmp_path_factory):
-    store_dir = tmp_path_factory.mktemp("whole") / "store"
-    [result] = ingest(workspace_for(engine, store_dir), store_dir, long_text)
-    assert result.status == "ingested", result.error
-    return events_of(store_dir)
+    return ingest_whole(engine, tmp_path_factory.mktemp("whole") / "store", long_text)
 
 
 def test_a_long_document_commits_in_groups_and_ends_complete(uninterrupted):
@@ -67,16 +86,7 @@ def test_an_interrupted_ingest_resumes_to_the_events_of_an_uninterrupted_one(eng
                                                                               groups_before_the_crash):
     store_dir = tmp_path / "store"
     ws = workspace_for(engine, store_dir)
-    real_checkpoint = document_pass.DocumentPass._checkpoint
-    calls = []
-
-    def crash_after(self, state):
-        real_checkpoint(self, state)
-        calls.append(state.next_token)
-        if len(calls) == groups_before_the_crash:
-            raise RuntimeError("power cut")  # right after a committed checkpoint, mid-document
-
-    monkeypatch.setattr(document_pass.DocumentPass, "_checkpoint", crash_after)
+    power_cut_after(monkeypatch, groups_before_the_crash)
     [failed] = ingest(ws, store_dir, long_text)
     assert failed.status == "failed" and "marked partial" in failed.error
     doc, kept = events_of(store_dir)
@@ -99,13 +109,7 @@ def test_resuming_is_shown_and_a_changed_file_starts_over(engine, long_text, tmp
     store_dir = tmp_path / "store"
     doc_path = tmp_path / "long.txt"
     doc_path.write_text("\n".join(long_text.read_text(encoding="utf-8").splitlines()[:60]), encoding="utf-8")
-    real_checkpoint = document_pass.DocumentPass._checkpoint
-
-    def crash(self, state):
-        real_checkpoint(self, state)
-        raise RuntimeError("killed")
-
-    monkeypatch.setattr(document_pass.DocumentPass, "_checkpoint", crash)
+    power_cut_after(monkeypatch, 1)
     args = ["ingest", str(doc_path), "--store", str(store_dir), "--min-tokens", "32", "--max-tokens", "96",
             "--commit-every", str(EVERY)]
     assert CliRunner().invoke(app, args).exit_code == 1
@@ -116,7 +120,7 @@ def test_resuming_is_shown_and_a_changed_file_starts_over(engine, long_text, tmp
     assert resumed.exit_code == 0, resumed.stderr
     assert f"resuming {doc_path} at token " in resumed.stderr
 
-    monkeypatch.setattr(document_pass.DocumentPass, "_checkpoint", crash)
+    power_cut_after(monkeypatch, 1)
     doc_path.write_text("A new first line.\n" + doc_path.read_text(encoding="utf-8"), encoding="utf-8")
     assert CliRunner().invoke(app, args).exit_code == 1  # the changed file's first group replaced the old version
     monkeypatch.undo()

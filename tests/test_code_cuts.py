@@ -11,11 +11,10 @@ import numpy as np
 import pytest
 
 from conftest import workspace_for
-from episodic_cli.engine import document_pass
 from episodic_cli.engine.code_cuts import MIN_CODE_TOKENS, CodeCuts
 from episodic_cli.engine.segment import SegmentParams, clean_cut_mask, segment
 from episodic_cli.engine.token_offsets import token_char_offsets
-from test_checkpoints import SMALL, events_of, ingest
+from test_checkpoints import SMALL, events_of, ingest, ingest_whole, power_cut_after
 
 
 def python_source(seed: int) -> str:
@@ -160,10 +159,7 @@ def code_file(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def uninterrupted_code(engine, code_file, tmp_path_factory):
-    store_dir = tmp_path_factory.mktemp("whole-code") / "store"
-    [result] = ingest(workspace_for(engine, store_dir), store_dir, code_file)
-    assert result.status == "ingested", result.error
-    return events_of(store_dir)
+    return ingest_whole(engine, tmp_path_factory.mktemp("whole-code") / "store", code_file)
 
 
 def test_a_real_ingest_keeps_every_definition_that_fits_whole(engine, code_file, uninterrupted_code):
@@ -181,19 +177,10 @@ def test_an_interrupted_code_ingest_resumes_to_the_same_events(engine, code_file
                                                                  monkeypatch):
     store_dir = tmp_path / "store"
     ws = workspace_for(engine, store_dir)
-    real_checkpoint = document_pass.DocumentPass._checkpoint
-    calls = []
-
-    def crash_after(self, state):
-        real_checkpoint(self, state)
-        calls.append(state.next_token)
-        if len(calls) == 2:
-            raise RuntimeError("power cut")
-
-    monkeypatch.setattr(document_pass.DocumentPass, "_checkpoint", crash_after)
+    power_cut_after(monkeypatch, 2)
     [failed] = ingest(ws, store_dir, code_file)
     assert failed.status == "failed"
-    monkeypatch.setattr(document_pass.DocumentPass, "_checkpoint", real_checkpoint)
+    monkeypatch.undo()
     [resumed] = ingest(ws, store_dir, code_file)
     assert resumed.status == "ingested", resumed.error
     assert events_of(store_dir)[1] == uninterrupted_code[1]
