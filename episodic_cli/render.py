@@ -129,7 +129,6 @@ class IngestProgressView:
         )
         self.overall = None
         self.current = None
-        self._doc_done, self._doc_total = 0, 0
 
     def __enter__(self) -> "IngestProgressView":
         self.progress.__enter__()
@@ -155,7 +154,6 @@ class IngestProgressView:
         if self.current is not None:
             self.progress.remove_task(self.current)
         self.run.document_started(display_path, n_tokens, resumed_at)
-        self._doc_done, self._doc_total = resumed_at, n_tokens
         self.current = self.progress.add_task(display_path[-48:], total=n_tokens, completed=resumed_at,
                                               count=f"{resumed_at:,}/{n_tokens:,} tokens", rate="", left="")
         self._draw_overall()
@@ -165,12 +163,12 @@ class IngestProgressView:
 
     def tokens_done(self, n: int) -> None:
         self.run.tokens_done(n)
-        if self.current is not None:
-            self._doc_done += n
+        if self.current is not None and self.run.current is not None:
+            done, total = self.run.current
             rate = self.run.tokens_per_s
-            left = (self._doc_total - self._doc_done) / rate if rate else None
-            self.progress.update(self.current, completed=self._doc_done,
-                                 count=f"{self._doc_done:,}/{self._doc_total:,} tokens", left=_duration(left))
+            left = (total - done) / rate if rate else None
+            self.progress.update(self.current, completed=done, count=f"{done:,}/{total:,} tokens",
+                                 left=_duration(left))
         self._draw_overall()
 
     def document_finished(self, result: IngestResult) -> None:

@@ -67,6 +67,14 @@ class RunProgress:
     # -- the run's standing -------------------------------------------------------------------------------------------
 
     @property
+    def current(self) -> tuple[int, int] | None:
+        """(tokens read or resumed, tokens) of the file being read, or None between files."""
+        if self._current is None:
+            return None
+        f = self.files[self._current]
+        return f.done, f.tokens or 0
+
+    @property
     def files_total(self) -> int:
         return len(self.files)
 
