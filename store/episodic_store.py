@@ -23,8 +23,8 @@ import numpy as np
 
 from . import schema
 from .index import DenseIndex
-from .lexical import PLACE_WEIGHT, fts5_document, fts5_query, place_text
 from .kv_tier import BLOCK_KINDS, KVSpace, block_key
+from .lexical import PLACE_WEIGHT, fts5_document, fts5_query, place_text
 from .records import (
     DEFAULT_KV_BUDGET_BYTES,
     IDENTITY_CHECKED_FIELDS,

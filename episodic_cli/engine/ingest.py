@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-
 from ..store import DocumentRecord, Store, StoreError
 from .checkpoint import remove_stale_snapshots
 from .document_pass import DEFAULT_COMMIT_EVERY, DocumentPass
