@@ -65,6 +65,16 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of the process so far (/proc/PID/stat fields 14 and 15): throughput per CPU second
+    does not depend on what else the machine is running, unlike throughput per wall second."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return -1.0
+
+
 def start(doc: Path, store: Path, log_file) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "episodic_cli", "ingest", str(doc), "--store", str(store)],
                             stdout=log_file, stderr=log_file)
@@ -78,12 +88,35 @@ def summarize(rows: list[dict], total: int) -> dict:
         first, last = inside[0], inside[-1]
         return (last["tokens"] - first["tokens"]) / max(last["t"] - first["t"], 1e-9)
 
+    def rate_per_cpu(lo: float, hi: float) -> float | None:
+        # Within one process only: CPU seconds restart from zero when the killed ingest is started again.
+        inside = [r for r in rows if lo * total <= r["tokens"] <= hi * total and r["tokens"] > 0
+                  and r.get("cpu_s", -1) >= 0]
+        spans = {}
+        for r in inside:
+            spans.setdefault(r["pid"], []).append(r)
+        tokens = sum(s[-1]["tokens"] - s[0]["tokens"] for s in spans.values())
+        cpu = sum(s[-1]["cpu_s"] - s[0]["cpu_s"] for s in spans.values())
+        return tokens / cpu if cpu > 0 else None
+
+    def quarter(i: int) -> dict:
+        # RSS while the ingest works (tokens already committed), by quarter of the document: flat means no growth.
+        inside = sorted(r["rss_mb"] for r in rows
+                        if i * total / 4 < r["tokens"] <= (i + 1) * total / 4 and r["rss_mb"] > 0)
+        if not inside:
+            return {}
+        return {"min": inside[0], "median": inside[len(inside) // 2], "max": inside[-1]}
+
     rss = [r["rss_mb"] for r in rows if r["rss_mb"] > 0]
     first10, last10 = rate(0.0, 0.1), rate(0.9, 1.0)
+    cpu_first10, cpu_last10 = rate_per_cpu(0.0, 0.1), rate_per_cpu(0.9, 1.0)
     return {"tokens": total, "first_10pct_tokens_per_s": first10, "last_10pct_tokens_per_s": last10,
             "last_over_first": None if not first10 or not last10 else last10 / first10,
+            "first_10pct_tokens_per_cpu_s": cpu_first10, "last_10pct_tokens_per_cpu_s": cpu_last10,
+            "last_over_first_per_cpu": None if not cpu_first10 or not cpu_last10 else cpu_last10 / cpu_first10,
             "rss_mb_min": min(rss, default=0), "rss_mb_max": max(rss, default=0),
-            "rss_mb_median": sorted(rss)[len(rss) // 2] if rss else 0}
+            "rss_mb_median": sorted(rss)[len(rss) // 2] if rss else 0,
+            "rss_mb_by_quarter": [quarter(i) for i in range(4)]}
 
 
 def main() -> None:
@@ -107,7 +140,7 @@ def main() -> None:
             time.sleep(args.every)
             tokens = committed_tokens(store)
             rows.append({"t": round(time.monotonic() - t0, 1), "tokens": tokens, "rss_mb": round(rss_mb(proc.pid), 1),
-                         "pid": proc.pid})
+                         "cpu_s": round(cpu_seconds(proc.pid), 2), "pid": proc.pid})
             with open(args.root / "progress.jsonl", "a") as f:
                 f.write(json.dumps(rows[-1]) + "\n")
             if proc.poll() is not None:
