@@ -22,7 +22,7 @@ from eval import covers  # noqa: E402
 
 from episodic_cli.engine.paths import cache_dir  # noqa: E402
 from episodic_cli.engine.retrieve import relevance_order  # noqa: E402
-from episodic_cli.engine.structure import decode, describe  # noqa: E402
+from episodic_cli.engine.structure import describe  # noqa: E402
 from episodic_cli.engine.workspace import Workspace  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -62,12 +62,12 @@ def main() -> int:
             got = relevance_order(ws.retrieve(st, q["question"], 3, 1, scope=scope))
             hits = [r for r in got if r.score is not None]
             best = max(hits, key=lambda r: r.score) if hits else None
-            shown = [describe(decode(r.event.section)) for r in got]
+            shown = [describe(r.section) for r in got]
             row = {"qid": q["qid"], "named": number, "restricted_to": scope.described,
-                   "best_cites": best is not None and cites(describe(decode(best.event.section)), number),
+                   "best_cites": best is not None and cites(describe(best.section), number),
                    "any_cites": any(cites(c, number) for c in shown),
                    "gold_read": covers([r.event.text for r in got], q["gold_text"]) > 0,
-                   "best_citation": describe(decode(best.event.section)) if best else None}
+                   "best_citation": describe(best.section) if best else None}
             rows.append(row)
             print(f"{row['qid']:<20} names {number:<6} scope={row['restricted_to']!s:<14} best cites it: "
                   f"{row['best_cites']!s:<5} any: {row['any_cites']!s:<5} gold read: {row['gold_read']!s:<5} "

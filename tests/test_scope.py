@@ -13,7 +13,7 @@ from episodic_cli.app import app
 from episodic_cli.engine import structure
 from episodic_cli.engine.answer import citation
 from episodic_cli.engine.errors import EpiError
-from episodic_cli.engine.scope import parse
+from episodic_cli.engine.scope import Restriction, _section_node, parse
 from episodic_cli.engine.segment import SegmentParams
 from episodic_cli.engine.sources import discover
 from episodic_cli.store import Store
@@ -123,7 +123,7 @@ def test_a_chapter_scoped_question_retrieves_and_cites_that_chapter(scoped_store
     ws, root = scoped_store
     with Store.open_existing(root / "store") as st:
         scope = ws.scope(st, question)
-        assert scope.described == "ch. 2" and not scope.notes
+        assert scope.described == "ch. 2" and not scope.notes and len(scope.places) == 1
         got = ws.retrieve(st, question, k=3)
     assert got and all(_chapters(r) == {"II"} or "II" in _chapters(r) for r in got)
     hits = [r for r in got if r.score is not None]
@@ -131,6 +131,21 @@ def test_a_chapter_scoped_question_retrieves_and_cites_that_chapter(scoped_store
     assert not any(g in r.event.text for r in got for g in ("silver compass", "wooden flute"))
     cited = citation(max(hits, key=lambda r: r.score))
     assert cited.startswith('book.txt, ch. II "The Storm", lines ') or '/book.txt, ch. II "The Storm", lines ' in cited
+
+
+def test_a_source_spanning_two_sections_is_cited_by_the_one_asked_about(scoped_store):
+    ws, root = scoped_store
+    with Store.open_existing(root / "store") as st:
+        scope = ws.scope(st, "What does section 2.2 say about names?")
+    assert scope.notes == ["no \u00a72.2 found in the archive; searching everything"] and not scope.places
+    two = {"path": [["section", "2", "Structures"], ["section", "2.4", "Notes"]],
+           "also": [[["section", "2", "Structures"], ["section", "2.2", "Naming"]]]}
+    named = Restriction(places=[(_section_node, "2.2")])
+    assert structure.describe(named.cited_section(two)) == '\u00a72 "Structures", \u00a72.2 "Naming"'
+    assert named.cited_section(two)["also"] == [two["path"]]  # the other place is kept, not dropped
+    assert Restriction(places=[(_section_node, "2.4")]).cited_section(two) is two
+    assert Restriction(places=[(_section_node, "3")]).cited_section(two) is two  # not spanned: its own place
+    assert Restriction().cited_section(two) is two
 
 
 def test_without_a_chapter_the_same_names_come_from_other_chapters(scoped_store):

@@ -15,7 +15,6 @@ import numpy as np
 from .errors import EpiError
 from .llama_backend import LlamaModel, LlamaSession
 from .retrieve import RetrievedEvent
-from .structure import decode as decode_section
 from .structure import describe as describe_section
 
 if TYPE_CHECKING:
@@ -39,7 +38,7 @@ def citation(r: RetrievedEvent, structure: bool = True) -> str:
     the document's structure only where the event records one (and `structure`)."""
     ev = r.event
     head = r.document.display_path
-    place = describe_section(decode_section(ev.section)) if structure else None
+    place = describe_section(r.section) if structure else None
     if place:
         head = f"{head}, {place}"
     if ev.page_start is not None:

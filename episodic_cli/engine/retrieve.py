@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..store import DocumentRecord, EventRecord, Store
+from .structure import decode as decode_section
 
 RRF_K = 60  # the usual reciprocal-rank-fusion constant; it damps the weight of the very first ranks
 BOOST = 1.0  # added to the fused score of a boosted event: more than any fused score (at most 2 / 61) can differ
@@ -31,6 +32,14 @@ class RetrievedEvent:
     document: DocumentRecord
     score: float | None      # fused retrieval score for a hit; None for an event added as a neighbour
     rank: int | None         # 0 = best hit
+    # The place to cite when the question named a section this event spans but does not mostly hold (set by the
+    # workspace from the question's scope); None: the event's own stored section.
+    cited_section: dict | None = None
+
+    @property
+    def section(self) -> dict | None:
+        """Where the event sits in its document's structure, as its citation shows it (structure.decode's form)."""
+        return self.cited_section if self.cited_section is not None else decode_section(self.event.section)
 
     @property
     def n_tokens(self) -> int:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..store import Store
@@ -144,6 +145,20 @@ class Restriction:
     query: str | None = None      # what to search for inside a structural scope (None: the question)
     notes: list[str] = field(default_factory=list)
     described: str | None = None  # "ch. 3", "§2.4", "p. 12", "util.py": what the answer was restricted to
+    # The named places that matched, as (node test, value): a source spanning two sections is cited by the one asked
+    # about, not by the one it mostly holds (measured: a §2.2 question's sentence in an event cited as §2.4).
+    places: list[tuple[Callable[[list, str], bool], str]] = field(default_factory=list)
+
+    def cited_section(self, section: dict | None) -> dict | None:
+        """The event's stored section with the path the question named first, when the event spans that place."""
+        if not self.places or section is None:
+            return section
+        for path in all_paths(section):
+            if any(test(node, value) for test, value in self.places for node in path):
+                if path == section.get("path"):
+                    return section
+                return {"path": path, "also": [p for p in all_paths(section) if p != path]}
+        return section
 
 
 def documents_matching(store: Store, globs: list[str]) -> dict[int, str]:
@@ -196,12 +211,15 @@ def resolve(store: Store, scope: Scope, doc_globs: list[str] | None = None) -> R
         found: set[int] = set()
         for value in values:
             ids = _matching(places, lambda paths, v=value, t=test: any(t(n, v) for p in paths for n in p))
+            matched = test
             if not ids and test is _chapter_node:  # no "Chapter N" heading: a top-level "N Title" or "N.x" sections
                 ids = _matching(places, lambda paths, v=value: any(
-                    n[0] not in CODE_KINDS and _section_node(n, v) for p in paths for n in p[:2]))
+                    _top_section_node(n, v) for p in paths for n in p[:2]))
+                matched = _top_section_node
             if ids:
                 found |= ids
                 labels.append(label.format(value))
+                out.places.append((matched, value))
             else:
                 out.notes.append(f"no {label.format(value)} found in the archive; searching everything")
         if found:
@@ -243,6 +261,11 @@ def _numbered_node(kind: str):
 
 def _chapter_node(node: list, value: str) -> bool:
     return node[0] == "chapter" and number_value(node[1]) == value
+
+
+def _top_section_node(node: list, value: str) -> bool:
+    """A chapter without a "Chapter N" heading: a numbered prose heading N or N.x (the fallback of resolve)."""
+    return node[0] not in CODE_KINDS and _section_node(node, value)
 
 
 def _section_node(node: list, value: str) -> bool:

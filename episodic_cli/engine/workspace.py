@@ -30,7 +30,6 @@ from .retrieve import RetrievedEvent, relevance_order, retrieve
 from .scope import Restriction
 from .scope import parse as parse_scope
 from .scope import resolve as resolve_scope
-from .structure import decode as decode_section
 from .structure import describe as describe_section
 from .segment import SegmentParams
 
@@ -73,7 +72,7 @@ class AskResult:
             "sources": [
                 {"document": r.document.display_path, "page": r.event.page_start, "page_end": r.event.page_end,
                  "line_start": r.event.line_start, "line_end": r.event.line_end,
-                 "section": describe_section(decode_section(r.event.section)), "event_id": r.event.id,
+                 "section": describe_section(r.section), "event_id": r.event.id,
                  "score": None if r.score is None else round(r.score, 6), "text": r.event.text}
                 for r in self.retrieved
             ],
@@ -207,8 +206,11 @@ class Workspace:
         query = self.embedder.embed_query(text)
         room = self.answer_context - ANSWER_TOKENS - 768
         budget = room if pool else min(EVIDENCE_BUDGET, room)
-        return retrieve(store, query, text, k, neighbours, token_budget=budget, allowed=scope.allowed,
-                        boosted=scope.boosted)
+        found = retrieve(store, query, text, k, neighbours, token_budget=budget, allowed=scope.allowed,
+                         boosted=scope.boosted)
+        for r in found:
+            r.cited_section = scope.cited_section(r.section) if scope.places else None
+        return found
 
     def ask(
         self,
