@@ -88,12 +88,16 @@ def ingest(ws: Workspace, paths: list[Path], log) -> dict:
     return info
 
 
-def ask(ws: Workspace, store, question: dict, mode: str, warnings: list[str]) -> dict:
+def ask(ws: Workspace, store, question: dict, mode: str, warnings: list[str], short: bool = True) -> dict:
     result, row = ask_once(ws, store, question["question"], question["gold_text"], warnings,
-                           max_tokens=ANSWER_MAX_TOKENS, mode=mode)
+                           max_tokens=ANSWER_MAX_TOKENS, mode=mode, short=short)
     row = {"qid": question["qid"], **row, "retrieved_tokens": sum(r.n_tokens for r in result.retrieved)}
     row.update(score_answer(row["answer"], question["answer"]))
     row["supported"] = bool(result.support().supported)  # evidence quotes hold the answer's own words
+    # the evidence span the answer started with (engine/short_answer.py), and whether it alone is right
+    row["short_answer"] = result.answer.short
+    row["short_contains"] = score_answer(result.answer.short, question["answer"])["contains"] if result.answer.short \
+        else None
     row["read"] = [result.retrieved[i].event.text[a:b] for i, spans in result.focus or [] for a, b in spans]
     return row
 
@@ -109,7 +113,8 @@ def retrieval_row(ws: Workspace, store, question: dict) -> dict:
             "hits": [f"{h.document.display_path}:{h.event.line_start or h.event.page_start}" for h in hits]}
 
 
-def run_set(spec: dict, stores: Path, threads: int | None, log, retrieval_only: bool = False) -> dict:
+def run_set(spec: dict, stores: Path, threads: int | None, log, retrieval_only: bool = False, short: bool = True
+            ) -> dict:
     paths = [resolve(p) for p in spec["documents"]]
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
@@ -135,7 +140,7 @@ def run_set(spec: dict, stores: Path, threads: int | None, log, retrieval_only: 
                 log(f"  {q['qid']:<14} src={row['source_recall']:.0f} hit={row['gold_in_hit']} {row['hits']}")
                 continue
             for mode in MODES:
-                row = ask(ws, store, q, mode, warnings)
+                row = ask(ws, store, q, mode, warnings, short)
                 rows.append(row)
                 log(f"  {q['qid']:<14} {mode:<4} {row['contains']:.0f} f1={row['f1']:.2f} "
                     f"src={row['source_recall']:.0f}"
@@ -241,11 +246,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--only", nargs="*", help="set names to run (default: all)")
     ap.add_argument("--retrieval", action="store_true", help="source recall only (no answers): writes retrieval.json")
+    ap.add_argument("--no-short", dest="short", action="store_false",
+                    help="answers in the model's own words only: no evidence span first (engine/short_answer.py)")
     args = ap.parse_args(argv)
     log = lambda msg: print(msg, flush=True)  # noqa: E731
     t0, load_start = time.perf_counter(), load_average()
     sets = [s for s in load_sets(args.sets) if not args.only or s["set"] in args.only]
-    results = [run_set(s, args.stores, args.threads, log, args.retrieval) for s in sets]
+    results = [run_set(s, args.stores, args.threads, log, args.retrieval, args.short) for s in sets]
     if args.retrieval:
         return write_retrieval(results, args.out, log)
     if not any(s.get("rows") for s in results):  # nothing measured: keep whatever --out holds

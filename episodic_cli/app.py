@@ -47,6 +47,7 @@ ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", "-t", min=1, hel
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout and nothing else.")]
 EpmanOpt = Annotated[bool, typer.Option("--epman", help="kv mode: weight each retrieved block by its relevance (EpMAN; V rows scaled into [0.9, 1.0]).")]
 DocOpt = Annotated[Optional[list[str]], typer.Option("--doc", "-d", help="Answer only from documents matching this glob (their path as `epi ls` shows it, or its file name: `--doc book.pdf`, `--doc 'src/*.py'`); repeat it for more.", show_default=False)]
+ShortOpt = Annotated[bool, typer.Option("--short/--no-short", help="A question asking for a fact (which, what, who, where, when, how many) is answered with the span of the evidence the model finds likeliest first (a name, number, identifier, option), then one sentence. --no-short: the model's own words only.")]
 LayeredOpt = Annotated[bool, typer.Option("--layered", help="kv mode: load a larger pool of retrieved blocks and let each model layer attend only to the blocks its own query selects (EM-LLM/InfLLM; needs epi's patched llama.cpp, see `epi doctor`). Reads blocks whole.")]
 KVBudgetOpt = Annotated[Optional[str], typer.Option("--kv-budget", help="Disk the store may use for KV blocks, all models together (e.g. `500MB`, `20GB`, `0`); kept in the store. Default 10GB.", show_default=False)]
 
@@ -187,6 +188,7 @@ def ask(
     epman: EpmanOpt = False,
     doc: DocOpt = None,
     whole: Annotated[bool, typer.Option("--whole", help="Read the retrieved events whole (kv mode: their stored KV blocks) instead of only the sentences that match the question best.")] = False,
+    short: ShortOpt = True,
     layered: LayeredOpt = False,
     store: StoreOpt = None,
     model: ModelOpt = None,
@@ -211,7 +213,7 @@ def ask(
             ws.embedder.load(batches=False)  # before timing starts
             ws.answerer(mode or ws.default_mode(st), st, layered)
         result, stream = ws.ask(st, question, k=k, mode=mode, neighbours=neighbours, epman=epman, docs=doc,
-                                narrow=not whole, layered=layered)
+                                narrow=not whole, layered=layered, short=short)
         if not as_json:
             render.scope(result.scope)
         if as_json:
@@ -232,6 +234,7 @@ def chat(
     k: Annotated[int, typer.Option("-k", min=1, max=50, help="Events found by similarity per question.")] = 3,
     epman: EpmanOpt = False,
     doc: DocOpt = None,
+    short: ShortOpt = True,
     layered: LayeredOpt = False,
     store: StoreOpt = None,
     model: ModelOpt = None,
@@ -248,7 +251,7 @@ def chat(
             ws.check_store(st)
             ws.embedder.load(batches=False)
             ws.answerer(ws.default_mode(st), st, layered)
-        run_repl(ws, st, k, epman, docs=doc, layered=layered)
+        run_repl(ws, st, k, epman, docs=doc, layered=layered, short=short)
     ws.close()
 
 

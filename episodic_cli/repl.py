@@ -21,7 +21,7 @@ HISTORY_TURNS = 2  # earlier question/answer pairs kept in the prompt; a 135M mo
 
 
 def run_repl(ws: Workspace, store: Store, k: int, epman: bool = False, docs: list[str] | None = None,
-             layered: bool = False) -> None:
+             layered: bool = False, short: bool = True) -> None:
     try:
         import readline  # noqa: F401 - line editing and history for input()
     except ImportError:  # pragma: no cover - Windows
@@ -76,7 +76,7 @@ def run_repl(ws: Workspace, store: Store, k: int, epman: bool = False, docs: lis
             check_question_length(line)
             store.refresh()  # an ingest running beside the chat commits document after document
             result, stream = ws.ask(store, query, k=k, history=history[-2 * HISTORY_TURNS:], epman=epman, docs=docs,
-                                  layered=layered)
+                                  layered=layered, short=short)
             render.scope(result.scope)
             # The model sees the user's own words as the question; retrieval used the combined query.
             answer_text = ""

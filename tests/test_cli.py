@@ -40,10 +40,13 @@ def test_ask_json_contract(shared_ask):
     assert len(shared_ask.stdout.strip().splitlines()) == 1  # exactly one JSON object, nothing else on stdout
     out = json.loads(shared_ask.stdout)
     assert set(out) == {"answer", "mode", "sources", "retrieved_tokens", "kv_loaded_tokens", "kv_prefilled_tokens",
-                        "timings", "scope", "evidence", "supported", "narrowed", "layered"}
+                        "timings", "scope", "evidence", "supported", "narrowed", "layered", "short_answer"}
     assert isinstance(out["evidence"], list) and isinstance(out["supported"], bool)  # checked in test_evidence.py
     assert out["scope"] == {"restricted_to": None, "notes": []}  # the question names no chapter, page or file
     assert out["layered"] is None  # per-layer selection is off unless asked for (test_layered.py)
+    # "What codename ...?" asks for a fact: the answer starts with an evidence span (test_short_answer.py)
+    assert out["short_answer"] and out["answer"].startswith(out["short_answer"])
+    assert any(out["short_answer"] in s["text"] for s in out["sources"])
     assert isinstance(out["answer"], str) and out["answer"] == out["answer"].strip() and out["answer"]
     assert out["mode"] == "kv"  # the default whenever the store has KV blocks (ingest stores them by default)
     assert isinstance(out["retrieved_tokens"], int) and not isinstance(out["retrieved_tokens"], bool)

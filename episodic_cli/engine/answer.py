@@ -5,6 +5,7 @@ verbatim: small models otherwise paraphrase the one detail the user asked for.
 """
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ import numpy as np
 from .errors import EpiError
 from .llama_backend import LlamaModel, LlamaSession
 from .retrieve import RetrievedEvent
+from .short_answer import SPAN_SEQUENCES, likeliest
 from .structure import describe as describe_section
 
 if TYPE_CHECKING:
@@ -26,6 +28,9 @@ SYSTEM_PROMPT = (
     "Answer briefly. If the sources do not contain the answer, say that the documents do not say."
 )
 ANSWER_TOKENS = 256
+# After a short answer, one sentence: it ends at . ! ? before whitespace, or at a line end (a line break right after
+# the span ends the answer: what follows is the model starting a new "Question:" of its own).
+_SENTENCE_DONE_RE = re.compile(r"^[ \t]*\n|\S[^\n]*?[.!?]\s|\S[^\n]*\n")
 # The longest question epi takes, in characters. Retrieval embeds at most 256 word pieces of it (MiniLM's limit,
 # about 1,000 characters of English) and the model prefills all of it before the first answer token: at ~4
 # characters a token, 2,000 characters are ~500 tokens, about a second on 2 CPU cores; 20,000 took ~23 s. A longer
@@ -111,6 +116,7 @@ class Answer:
     kv_loaded_tokens: int = 0     # kv mode: retrieved tokens loaded from stored KV blocks
     kv_prefilled_tokens: int = 0  # kv mode: retrieved tokens prefilled from text (cold events, then kept if room)
     layered: LayeredReport | None = None  # --layered: what each layer's block selection did (engine/layered.py)
+    short: str | None = None  # the evidence span the answer starts with (engine/short_answer.py); None: free answer
     timings: Timings = field(default_factory=Timings)
 
 
@@ -121,15 +127,17 @@ class TextModeAnswerer:
 
     def __init__(self, model: LlamaModel, n_ctx: int, n_threads: int | None = None):
         self.model = model
-        self.session = LlamaSession(model, n_ctx=n_ctx, n_threads=n_threads, n_seq_max=1)
+        self.session = LlamaSession(model, n_ctx=n_ctx, n_threads=n_threads, n_seq_max=SPAN_SEQUENCES)
 
     def stream(self, question: str, retrieved: list[RetrievedEvent], history: list[dict[str, str]] | None,
                started: float, answer: Answer, max_tokens: int = ANSWER_TOKENS,
                should_stop: Callable[[], bool] | None = None, weights: list[float] | None = None,
-               spans: list[list[tuple[int, int]]] | None = None) -> Iterator[str]:
+               spans: list[list[tuple[int, int]]] | None = None, lead_spans: list[str] | None = None
+               ) -> Iterator[str]:
         """Yield answer text pieces; fills `answer` (text, timings measured from `started`) as it goes.
         `weights` (EpMAN) only applies to KV blocks; text mode has none. `spans[i]`: the character spans of event i
-        to read instead of its whole text (narrowed evidence)."""
+        to read instead of its whole text (narrowed evidence). `lead_spans`: the answer starts with the likeliest of
+        these (engine/short_answer.py)."""
         if spans is None:
             messages = build_messages(question, retrieved, history)
         else:
@@ -144,17 +152,32 @@ class TextModeAnswerer:
         self.session.clear()
         pos = self.session.prefill(tokens)
         answer.timings.prefill_s = time.perf_counter() - t0
-        yield from stream_into(answer, self.session, pos, started, max_tokens, should_stop)
+        yield from stream_into(answer, self.session, pos, started, max_tokens, should_stop, lead_spans)
 
     def close(self) -> None:
         self.session.close()
 
 
 def stream_into(answer: Answer, session: LlamaSession, pos: int, started: float, max_tokens: int,
-                should_stop: Callable[[], bool] | None) -> Iterator[str]:
-    """Generate from a prepared cache, appending to `answer` and timing the first token and the whole answer."""
+                should_stop: Callable[[], bool] | None, lead_spans: list[str] | None = None) -> Iterator[str]:
+    """Generate from a prepared cache, appending to `answer` and timing the first token and the whole answer.
+    `lead_spans`: the answer starts with the one the model finds likeliest, then goes on for one sentence."""
     first = True
-    for piece in session.generate(pos, max_tokens, should_stop):
+    stop = should_stop
+    lead = likeliest(session, pos, lead_spans) if lead_spans else None
+    if lead is not None:
+        session.decode(lead.tokens, pos)  # as if the model had written it: the rest follows from it
+        pos += len(lead.tokens)
+        max_tokens -= len(lead.tokens)
+        answer.short = answer.text = lead.text
+        answer.timings.first_token_s = time.perf_counter() - started
+        first = False
+        yield lead.text
+        start = len(answer.text)
+
+        def stop() -> bool:
+            return bool(should_stop and should_stop()) or bool(_SENTENCE_DONE_RE.search(answer.text[start:]))
+    for piece in session.generate(pos, max_tokens, stop):
         if first:
             answer.timings.first_token_s = time.perf_counter() - started
             first = False

@@ -31,6 +31,7 @@ import numpy as np
 from ..store import StoreError
 from ..store.kv_tier import BlockCorruptError, StoredBlock, block_key
 from .answer import ANSWER_TOKENS, SYSTEM_PROMPT, Answer, clean_question, stream_into
+from .short_answer import SPAN_SEQUENCES
 from .kv_capture import BlockKeeper, read_cells
 from .kv_memory import KVFormatError, ParsedBlock, decode_block, encode_block, load_block, state_blob_from_payload
 from .llama_backend import INGEST_BATCH, LlamaModel, LlamaSession
@@ -104,16 +105,18 @@ class KVModeAnswerer:
         self._layout: list[tuple[tuple, int]] = []  # (part key, position after it) of what sequence 0 holds
 
     def _new_session(self, n_ctx: int, n_threads: int | None) -> LlamaSession:
-        return LlamaSession(self.model, n_ctx=n_ctx, n_threads=n_threads, n_seq_max=2)
+        return LlamaSession(self.model, n_ctx=n_ctx, n_threads=n_threads, n_seq_max=SPAN_SEQUENCES)
 
     def stream(self, question: str, retrieved: list[RetrievedEvent], history: list[dict[str, str]] | None,
                started: float, answer: Answer, max_tokens: int = ANSWER_TOKENS,
                should_stop: Callable[[], bool] | None = None, weights: list[float] | None = None,
-               spans: list[list[tuple[int, int]]] | None = None) -> Iterator[str]:
+               spans: list[list[tuple[int, int]]] | None = None, lead_spans: list[str] | None = None
+               ) -> Iterator[str]:
         """Assemble the cache (keeping what the previous question left that still applies) and stream the answer.
         `weights[i]` scales event i's V rows when its block is loaded (EpMAN weighting; None: all 1.0; an event
         prepared from text is not weighted). `spans[i]`: narrowed evidence, the character spans of event i to read;
-        they are decoded as text behind the sink instead of loading the blocks (kv_messages)."""
+        they are decoded as text behind the sink instead of loading the blocks (kv_messages). `lead_spans`: the
+        answer starts with the likeliest of these (engine/short_answer.py)."""
         t0 = time.perf_counter()
         parts = self._plan(question, retrieved, history, weights, spans)
         keep = self._shared_prefix(parts)
@@ -161,7 +164,7 @@ class KVModeAnswerer:
         pos = self._prepare_cold(cold, pos, answer)
         answer.prompt_tokens = pos
         answer.timings.prefill_s = time.perf_counter() - t0
-        yield from stream_into(answer, self.session, pos, started, max_tokens, should_stop)
+        yield from stream_into(answer, self.session, pos, started, max_tokens, should_stop, lead_spans)
 
     def _decode_question(self, part: _Part, pos: int) -> int:
         """Decode the prompt's last part (the question, after the sources) at `pos`; its logits start the answer."""

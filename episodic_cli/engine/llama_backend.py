@@ -213,6 +213,7 @@ class LlamaSession:
         caller keeps it alive as long as the session."""
         self.model = model
         self.n_ctx = n_ctx
+        self.n_seq_max = n_seq_max
         params = L.llama_context_default_params()
         if eval_callback is not None:
             params.cb_eval = eval_callback
@@ -247,23 +248,56 @@ class LlamaSession:
         logits are wanted (default: the last one only)."""
         n = len(tokens)
         assert 0 < n <= INGEST_BATCH
+        if outputs is None:
+            outputs = np.zeros(n, dtype=np.int8)
+            outputs[n - 1] = 1
+        self._decode_batch(tokens, np.arange(pos0, pos0 + n, dtype=np.int32), [seq] * n, outputs)
+
+    def _decode_batch(self, tokens: np.ndarray, positions: np.ndarray, seqs: list[int], outputs: np.ndarray) -> None:
+        n = len(tokens)
         b = self.batch
         b.n_tokens = n
         self._tok[:n] = tokens
-        self._pos[:n] = np.arange(pos0, pos0 + n, dtype=np.int32)
+        self._pos[:n] = positions
         self._nseq[:n] = 1
-        for i in range(n):
+        for i, seq in enumerate(seqs):
             if self._seq_of_slot[i] != seq:
                 b.seq_id[i][0] = seq
                 self._seq_of_slot[i] = seq
-        if outputs is None:
-            self._want[:n] = 0
-            self._want[n - 1] = 1
-        else:
-            self._want[:n] = outputs
+        self._want[:n] = outputs
         rc = L.llama_decode(self.ctx, b)
         if rc != 0:
             raise EpiError(f"llama.cpp decode failed (code {rc}); the context of {self.n_ctx} tokens may be full")
+
+    def branch_surprise(self, pos: int, branches: list[np.ndarray]) -> list[np.ndarray]:
+        """-log p of each token of each branch as the continuation of sequence 0, whose cells end at `pos` and
+        whose last logits are current. All branches are decoded in one batch, branch j in sequence j + 1 holding
+        a copy of sequence 0 (metadata only in the unified cache: no cell is copied), and removed afterwards.
+        Sequence 0's last logits are overwritten: decode in it next."""
+        assert branches and len(branches) < self.n_seq_max and all(len(b) for b in branches)
+        n_vocab = self.model.info.n_vocab
+        head = self.last_logits()[None, :]
+        first = native.surprise(np.repeat(head, len(branches), axis=0),
+                                np.array([b[0] for b in branches], dtype=np.int32))
+        tokens = np.concatenate(branches).astype(np.int32)
+        assert len(tokens) <= INGEST_BATCH
+        positions = np.concatenate([np.arange(pos, pos + len(b), dtype=np.int32) for b in branches])
+        seqs = [j + 1 for j, b in enumerate(branches) for _ in b]
+        for j in range(len(branches)):
+            L.llama_memory_seq_cp(self.memory, 0, j + 1, -1, -1)
+        try:
+            self._decode_batch(tokens, positions, seqs, np.ones(len(tokens), dtype=np.int8))
+            # row i's logits predict the token after tokens[i] in its branch; a branch's last row predicts nothing
+            targets = np.concatenate([np.append(b[1:], 0) for b in branches]).astype(np.int32)
+            rest = native.surprise_at(self.logits_address(), len(tokens), n_vocab, targets)
+        finally:
+            for j in range(len(branches)):
+                L.llama_memory_seq_rm(self.memory, j + 1, -1, -1)
+        out, at = [], 0
+        for j, b in enumerate(branches):
+            out.append(np.concatenate([[first[j]], rest[at : at + len(b) - 1]]).astype(np.float32))
+            at += len(b)
+        return out
 
     def warm_up(self) -> None:
         """Touch the weights once (the first decode of a process pages in the mapped model file), so that the

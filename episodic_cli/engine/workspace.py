@@ -28,6 +28,7 @@ from .models import PreparedModel, prepare_model
 from .paths import cache_dir, store_path
 from .retrieve import RetrievedEvent, relevance_order, retrieve
 from .scope import Restriction
+from .short_answer import answer_spans, asks_for_a_fact
 from .scope import parse as parse_scope
 from .scope import resolve as resolve_scope
 from .structure import describe as describe_section
@@ -68,6 +69,8 @@ class AskResult:
     def as_json(self) -> dict:
         return {
             "answer": self.answer.text.strip(),
+            # the evidence span the answer starts with (a question asking for a fact; null: the model's own words)
+            "short_answer": self.answer.short,
             "mode": self.mode,
             "sources": [
                 {"document": r.document.display_path, "page": r.event.page_start, "page_end": r.event.page_end,
@@ -225,10 +228,12 @@ class Workspace:
         docs: list[str] | None = None,
         narrow: bool = True,
         layered: bool = False,
+        short: bool = True,
     ) -> tuple[AskResult, Iterator[str]]:
         """Retrieve now; return the result (filled in as the stream is consumed) and the answer stream.
         `epman` scales each block's V rows by its episodic weight in [0.9, 1.0] (kv mode only); `docs` (globs on
-        the documents' paths, `--doc`) restricts retrieval to the documents they match."""
+        the documents' paths, `--doc`) restricts retrieval to the documents they match. `short`: a question asking
+        for a fact is answered with the evidence span the model finds likeliest first (engine/short_answer.py)."""
         if mode is not None and mode not in MODES:
             raise EpiError(f"unknown mode {mode!r}: use text or kv")
         if not question.strip():
@@ -257,8 +262,11 @@ class Workspace:
         if focus:
             read, spans = [retrieved[i] for i, _ in focus], [ss for _, ss in focus]
             weights = None if weights is None else [weights[i] for i, _ in focus]
+        lead_spans = None
+        if focus and short and asks_for_a_fact(question):  # only from the narrowed sentences: a few, all relevant
+            lead_spans = answer_spans([r.event.text[a:b] for r, ss in zip(read, spans) for a, b in ss], question)
         stream = answerer.stream(question, read, history, started, answer, should_stop=should_stop,
-                                 weights=weights, spans=spans)
+                                 weights=weights, spans=spans, lead_spans=lead_spans or None)
         return result, stream
 
     def close(self) -> None:
