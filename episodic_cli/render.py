@@ -150,6 +150,14 @@ class IngestProgressView:
             count=f"{run.files_done}/{run.files_total} files, {_count(done)}/{approx}{_count(total)} tokens",
             rate=f"{rate:,.0f} tok/s" if rate else "", left=f"ETA {approx}{_duration(run.seconds_left)}")
 
+    def document_counting(self, display_path: str, chars_done: int, chars_total: int) -> None:
+        """The counting pass before a file's tokens are known: its characters, in the current file's bar."""
+        if self.current is None:
+            self.current = self.progress.add_task(display_path[-48:], total=max(chars_total, 1), completed=0,
+                                                  count="", rate="", left="")
+        self.progress.update(self.current, total=max(chars_total, 1), completed=chars_done,
+                             count=f"counting tokens: {_count(chars_done)}/{_count(chars_total)} characters")
+
     def document_started(self, display_path: str, n_tokens: int, resumed_at: int = 0) -> None:
         if self.current is not None:
             self.progress.remove_task(self.current)

@@ -87,8 +87,11 @@ def whole_text_arrays(model, text: str):
 
 def assert_chunked_equals_whole(model, text: str, chunk_chars: int, resume_at: int | None = None):
     tokens, offsets, clean = whole_text_arrays(model, text)
-    chunked = DocumentTokens(model, text, chunk_chars=chunk_chars)
+    counted: list[tuple[int, int]] = []
+    chunked = DocumentTokens(model, text, chunk_chars=chunk_chars, on_count=lambda *a: counted.append(a))
     assert len(chunked.chunks) > 10  # many seams
+    # the counting pass reports each chunk: characters counted, rising to the whole text
+    assert [c[0] for c in counted] == [c.char_end for c in chunked.chunks] and counted[-1] == (len(text), len(text))
     assert len(chunked) == len(tokens)
     first = 0
     if resume_at is not None:

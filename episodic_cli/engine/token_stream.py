@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -88,7 +89,9 @@ class DocumentTokens:
     start at token p: segment.clean_cut_mask) of one document, as SlidingArrays of the whole document's length that
     tokenize ahead on demand. The caller releases what it no longer needs (`release_before`)."""
 
-    def __init__(self, model, text: str, chunk_chars: int = CHUNK_CHARS):
+    def __init__(self, model, text: str, chunk_chars: int = CHUNK_CHARS,
+                 on_count: Callable[[int, int], None] | None = None):
+        """`on_count(characters counted, characters in all)` follows the counting pass (seconds on a large file)."""
         self.model, self.text = model, text
         self.pieces = model.pieces()
         self.kind = tokenizer_kind(model)
@@ -99,6 +102,8 @@ class DocumentTokens:
             self.chunks.append(Chunk(start, end, n))
             n += len(self._tokenize(self.chunks[-1]))
             start = end
+            if on_count is not None:
+                on_count(start, len(text))
         self.n = n
         self.tokens = SlidingArray(n, np.int32, self._fill_to)
         self.offsets = SlidingArray(n + 1, np.int64, self._fill_to)
