@@ -45,7 +45,7 @@ class CodeCuts:
 
     def __init__(self, text: str, python: bool):
         self.text = text
-        self.lines = np.asarray(line_offsets(text), dtype=np.int64)
+        self.lines = line_offsets(text)
         n_lines = len(self.lines)
         ends = np.append(self.lines[1:], len(text))
         stripped = [text[a:b].lstrip(" \t") for a, b in zip(self.lines, ends)]

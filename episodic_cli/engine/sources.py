@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pathspec
 
 from .errors import EpiError
@@ -81,7 +82,7 @@ class SourceDocument:
     n_lines: int | None
     # PDF outline (bookmarks): (level, title, 0-based page) in reading order; None when the PDF has none.
     outline: list[tuple[int, str, int]] | None = None
-    _line_starts: list[int] | None = field(default=None, init=False, repr=False, compare=False)
+    _line_starts: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
     _sections: list | None = field(default=None, init=False, repr=False, compare=False)
 
     def section(self, char_start: int, char_end: int) -> str | None:
@@ -106,7 +107,8 @@ class SourceDocument:
         if self._line_starts is None:
             self._line_starts = line_offsets(self.text)
         n = len(self._line_starts)
-        return None, None, min(bisect_right(self._line_starts, first), n), min(bisect_right(self._line_starts, last), n)
+        line_start, line_end = np.searchsorted(self._line_starts, [first, last], side="right")
+        return None, None, min(int(line_start), n), min(int(line_end), n)
 
     def _span_chars(self, char_start: int, char_end: int) -> tuple[int, int]:
         """First and last (inclusive) character of the span, trimmed of edge whitespace so that a chunk that
