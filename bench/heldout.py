@@ -168,7 +168,11 @@ def write_markdown(result: dict, path: Path) -> None:
              "of the retrieved events that share the question's rarest words (engine/evidence.py; all the events "
              "when none does): **text** decodes the whole prompt, **kv** loads the prompt's cached sink and decodes "
              "the sentences and the question behind it (its stored q8_0 blocks when nothing was narrowed). "
-             "`supported` = answers whose own words the quoted sentences hold (evidence.support). Cells: contains-match "
+             + ("A question asking for a fact starts its answer with the evidence span the model finds likeliest, "
+                "then one sentence (engine/short_answer.py; `short` = answers led by a span, and how many of those "
+                "spans alone are right). " if result.get("short", True) else
+                "Run with `--no-short`: every answer is the model's own words. ")
+             + "`supported` = answers whose own words the quoted sentences hold (evidence.support). Cells: contains-match "
              "(the normalized gold answer inside the normalized answer) / token F1. `src` = the gold excerpt lies "
              "inside the retrieved events (both modes retrieve the same events). `first token` = median seconds "
              "from the question to the first answer token.", "",
@@ -211,7 +215,13 @@ def write_markdown(result: dict, path: Path) -> None:
               "(contains-match).", "",
               "Answers marked supported by their evidence quotes: " + "; ".join(
                   f"{m} {sup[m][0]} of {len(rows[m])} ({sup[m][1]} of them correct; {sup[m][2]} correct answers "
-                  "not marked supported)" for m in MODES) + ".", "", "## Every question", "",
+                  "not marked supported)" for m in MODES) + ".", ""]
+    if result.get("short", True):
+        led = {m: [r for r in rows[m] if r.get("short_answer")] for m in MODES}
+        lines += ["Answers led by an evidence span (short): " + "; ".join(
+            f"{m} {len(led[m])} of {len(rows[m])}, the span alone right in {int(sum(r['short_contains'] for r in led[m]))}"
+            for m in MODES) + ".", ""]
+    lines += ["## Every question", "",
               "| qid | question | gold | src | text answer | kv answer |", "|---|---|---|---|---|---|"]
     for s in result["sets"]:
         for q in s.get("questions", []):
@@ -262,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     ws = Workspace(threads=args.threads)
     result = {"command": "python bench/heldout.py " + " ".join(argv if argv is not None else sys.argv[1:]),
               "machine": f"{platform.machine()}, {len(__import__('os').sched_getaffinity(0))} CPUs",
-              "date": datetime.now().strftime("%Y-%m-%d %H:%M"), "model": ws.prepared.source.name,
+              "date": datetime.now().strftime("%Y-%m-%d %H:%M"), "model": ws.prepared.source.name, "short": args.short,
               "wall_min": (time.perf_counter() - t0) / 60, "load_start": load_start, "load_end": load_average(),
               "sets": results}
     args.out.mkdir(parents=True, exist_ok=True)

@@ -166,13 +166,13 @@ def stream_into(answer: Answer, session: LlamaSession, pos: int, started: float,
     stop = should_stop
     lead = likeliest(session, pos, lead_spans) if lead_spans else None
     if lead is not None:
-        session.decode(lead.tokens, pos)  # as if the model had written it: the rest follows from it
-        pos += len(lead.tokens)
-        max_tokens -= len(lead.tokens)
         answer.short = answer.text = lead.text
         answer.timings.first_token_s = time.perf_counter() - started
         first = False
-        yield lead.text
+        yield lead.text  # shown as soon as it is chosen; the sentence after it needs it in the cache first
+        session.decode(lead.tokens, pos)  # as if the model had written it: the rest follows from it
+        pos += len(lead.tokens)
+        max_tokens -= len(lead.tokens)
         start = len(answer.text)
 
         def stop() -> bool:
