@@ -75,8 +75,8 @@ def run_repl(ws: Workspace, store: Store, k: int, epman: bool = False, docs: lis
         try:
             check_question_length(line)
             store.refresh()  # an ingest running beside the chat commits document after document
-            result, stream = ws.ask(store, query, k=k, history=history[-2 * HISTORY_TURNS:], epman=epman, docs=docs,
-                                  layered=layered, short=short)
+            result, stream = ws.ask(store, line, k=k, history=history[-2 * HISTORY_TURNS:], epman=epman, docs=docs,
+                                    layered=layered, short=short, search=query)
             render.scope(result.scope)
             # The model sees the user's own words as the question; retrieval used the combined query.
             answer_text = ""

@@ -21,6 +21,7 @@ from episodic_cli.store import Store
     ("who betrayed whom in chapter 3?", True),
     ("How many pages does the manual have?", True),
     ("Of which type is inode/mount-point a subclass?", True),
+    ("and where did she go then?", True),
     ("How do I install it?", False),
     ("Why does the build fail?", False),
     ("Explain the cache layout.", False),
@@ -112,3 +113,12 @@ def test_ask_leads_with_a_span_only_for_fact_questions(engine, shared_store):
                                     mode=mode)
             list(stream)
             assert result.answer.short is None  # not a question asking for a fact
+    # A chat follow-up: retrieval and narrowing search with the previous question too, the model reads the user's
+    # own words (and its span list leaves out only the words of those)
+    with Store.open_existing(shared_store.store_dir) as st:
+        result, stream = ws.ask(st, "and which codename?", k=1, neighbours=0, mode="kv",
+                                search=f"{TEXT_QUESTION} and which codename?")
+        list(stream)
+    assert result.question == "and which codename?"
+    assert any(TEXT_FACT in result.retrieved[i].event.text for i, _ in result.focus)
+    assert result.answer.short and result.answer.text.startswith(result.answer.short)

@@ -27,8 +27,9 @@ MAX_SPAN_TOKENS = 24  # a longer "span" is a code expression or a sentence, not 
 SPAN_SEQUENCES = MAX_SPANS + 1  # sequence 0 holds the prompt; each scored span gets one of its own
 
 # A question that asks for a fact starts with (or has a clause starting with) one of these words, perhaps after a
-# preposition ("Of which type ...", "In what year ...").
-_FACT_RE = re.compile(r"(?:^|[,:;]\s*)(?:(?:in|of|on|at|for|from|to|by|with|under|into|after|before)\s+)?"
+# preposition ("Of which type ...", "In what year ...") or, in a chat follow-up, a conjunction ("and who ...").
+_FACT_RE = re.compile(r"(?:^|[,:;]\s*)(?:(?:and|but|so|then|also)\s+)?"
+                      r"(?:(?:in|of|on|at|for|from|to|by|with|under|into|after|before)\s+)?"
                       r"(?:which|what|who|whom|whose|where|when|how\s+(?:many|much|long|old|often))\b", re.I)
 _QUOTED_RE = re.compile(r"``([^`\n]{1,60})``|`([^`\n]{1,60})`|\"([^\"\n]{1,60})\"|\u201c([^\u201d\n]{1,60})\u201d"
                         r"|'([^'\n]{1,40})'")

@@ -229,30 +229,34 @@ class Workspace:
         narrow: bool = True,
         layered: bool = False,
         short: bool = True,
+        search: str | None = None,
     ) -> tuple[AskResult, Iterator[str]]:
         """Retrieve now; return the result (filled in as the stream is consumed) and the answer stream.
         `epman` scales each block's V rows by its episodic weight in [0.9, 1.0] (kv mode only); `docs` (globs on
         the documents' paths, `--doc`) restricts retrieval to the documents they match. `short`: a question asking
-        for a fact is answered with the evidence span the model finds likeliest first (engine/short_answer.py)."""
+        for a fact is answered with the evidence span the model finds likeliest first (engine/short_answer.py).
+        `search`: what retrieval and narrowing look for when it is not the question itself (a chat follow-up, "and
+        his brother?", searches with the previous question too); the model reads the question as asked."""
         if mode is not None and mode not in MODES:
             raise EpiError(f"unknown mode {mode!r}: use text or kv")
         if not question.strip():
             raise EpiError("the question is empty")
         started = time.perf_counter()
-        scope = self.scope(store, question, docs)
+        search = search or question
+        scope = self.scope(store, search, docs)
         mode = mode or self.default_mode(store)
         if epman and mode != "kv":
             raise EpiError("--epman weights KV blocks, so it needs kv mode (a store ingested with KV blocks)")
-        retrieved = relevance_order(self.retrieve(store, question, k, neighbours, scope=scope))  # the order read
+        retrieved = relevance_order(self.retrieve(store, search, k, neighbours, scope=scope))  # the order read
         anchors = {r.event.id for r in retrieved}
         if layered:  # a pool of whole blocks; each layer picks its own (narrowing would leave no blocks to pick)
-            retrieved = relevance_order(self.retrieve(store, question, max(k, LAYERED_POOL_K), neighbours,
+            retrieved = relevance_order(self.retrieve(store, search, max(k, LAYERED_POOL_K), neighbours,
                                                       scope=scope, pool=True))[-MAX_POOL:]  # best last: keep those
             narrow = False
         answer = Answer()
         answer.timings.retrieve_s = time.perf_counter() - started
         # `narrow`: the answer reads only the few sentences that match the question best (engine/evidence.py)
-        focus = evidence_narrow(question, retrieved) if narrow else []
+        focus = evidence_narrow(search, retrieved) if narrow else []
         result = AskResult(question, mode, retrieved, answer, scope, focus=focus or None)
         answerer = self.answerer(mode, store, layered)
         if layered:  # every layer sees what kv mode would read, then what its own query picks from the pool
