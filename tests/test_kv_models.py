@@ -99,7 +99,7 @@ def test_a_materialised_block_loads_back_to_the_logits_of_its_prefill(engine, sh
     shutil.copytree(shared_store.store_dir, store_dir)
     seen: list[np.ndarray] = []
 
-    def first_logits(answer, session, pos, started, max_tokens, should_stop):
+    def first_logits(answer, session, pos, started, max_tokens, should_stop, lead_spans=None):
         seen.append(session.last_logits().copy())
         return iter(())
 
