@@ -13,7 +13,7 @@ excerpt. Writes `heldout.md` and `heldout.json` to --out.
     python bench/heldout.py [--sets bench/heldout] [--stores DIR] [--out docs/] [--threads N] [--only SET ...]
     python bench/heldout.py --retrieval [--only SET ...]   # source recall only, no answers: retrieval.json
 
-`--retrieval` ingests the same way, then only retrieves (what `Workspace.ask` retrieves: k=3, +-1 neighbour) and
+`--retrieval` ingests the same way, then only retrieves (what `Workspace.ask` retrieves: k=5 by default, +-1 neighbour) and
 reports per question whether the gold excerpt lies inside the retrieved events, and inside a hit itself (not only
 a neighbour), with the hits' citations: minutes instead of the answers' half hour.
 """
@@ -35,9 +35,10 @@ from eval import ask_once, covers, load_average, score_answer, squash  # noqa: E
 from episodic_cli.engine.paths import cache_dir  # noqa: E402
 from episodic_cli.engine.segment import SegmentParams  # noqa: E402
 from episodic_cli.engine.sources import discover  # noqa: E402
-from episodic_cli.engine.workspace import Workspace  # noqa: E402
+from episodic_cli.engine.workspace import DEFAULT_K, Workspace  # noqa: E402
 
 ANSWER_MAX_TOKENS = 64   # room for a sentence around the short gold answer
+K = DEFAULT_K  # hits per question, as `epi ask` retrieves by default (`--k` changes it for a run)
 MODES = ("text", "kv")
 
 
@@ -90,7 +91,7 @@ def ingest(ws: Workspace, paths: list[Path], log) -> dict:
 
 def ask(ws: Workspace, store, question: dict, mode: str, warnings: list[str], short: bool = True) -> dict:
     result, row = ask_once(ws, store, question["question"], question["gold_text"], warnings,
-                           max_tokens=ANSWER_MAX_TOKENS, mode=mode, short=short)
+                           max_tokens=ANSWER_MAX_TOKENS, mode=mode, short=short, k=K)
     row = {"qid": question["qid"], **row, "retrieved_tokens": sum(r.n_tokens for r in result.retrieved)}
     row.update(score_answer(row["answer"], question["answer"]))
     row["supported"] = bool(result.support().supported)  # evidence quotes hold the answer's own words
@@ -105,7 +106,7 @@ def ask(ws: Workspace, store, question: dict, mode: str, warnings: list[str], sh
 def retrieval_row(ws: Workspace, store, question: dict) -> dict:
     """Where the gold excerpt is among the events `Workspace.ask` would read: inside them (source recall), inside a hit
     itself, and the hits' rank-ordered citations."""
-    retrieved = ws.retrieve(store, question["question"], 3, 1)
+    retrieved = ws.retrieve(store, question["question"], K, 1)
     hits = sorted((r for r in retrieved if r.score is not None), key=lambda r: r.rank)
     gold_hit = next((h.rank for h in hits if covers([h.event.text], question["gold_text"])), None)
     return {"qid": question["qid"], "source_recall": covers([r.event.text for r in retrieved], question["gold_text"]),
@@ -163,7 +164,7 @@ def write_markdown(result: dict, path: Path) -> None:
              f"{result['model']}; wall time {result['wall_min']:.1f} min; load average at start "
              f"{result['load_start']}, at the end {result['load_end']}. How to run and where the sets come from: "
              "`bench/README.md`. Rows: `heldout.json` beside this file.", "",
-             "Both modes answer every question through `Workspace.ask` (hybrid retrieval, k=3, +-1 neighbour "
+             f"Both modes answer every question through `Workspace.ask` (hybrid retrieval, k={result.get('k', 3)}, +-1 neighbour "
              f"events, best hit last), greedy, at most {ANSWER_MAX_TOKENS} tokens. The answer reads the 2 sentences "
              "of the retrieved events that share the question's rarest words (engine/evidence.py; all the events "
              "when none does): **text** decodes the whole prompt, **kv** loads the prompt's cached sink and decodes "
@@ -258,7 +259,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--retrieval", action="store_true", help="source recall only (no answers): writes retrieval.json")
     ap.add_argument("--no-short", dest="short", action="store_false",
                     help="answers in the model's own words only: no evidence span first (engine/short_answer.py)")
+    ap.add_argument("--k", type=int, default=DEFAULT_K, help=f"hits per question (epi ask's -k; default {DEFAULT_K})")
     args = ap.parse_args(argv)
+    global K
+    K = args.k
     log = lambda msg: print(msg, flush=True)  # noqa: E731
     t0, load_start = time.perf_counter(), load_average()
     sets = [s for s in load_sets(args.sets) if not args.only or s["set"] in args.only]
@@ -272,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     ws = Workspace(threads=args.threads)
     result = {"command": "python bench/heldout.py " + " ".join(argv if argv is not None else sys.argv[1:]),
               "machine": f"{platform.machine()}, {len(__import__('os').sched_getaffinity(0))} CPUs",
-              "date": datetime.now().strftime("%Y-%m-%d %H:%M"), "model": ws.prepared.source.name, "short": args.short,
+              "date": datetime.now().strftime("%Y-%m-%d %H:%M"), "model": ws.prepared.source.name, "short": args.short, "k": K,
               "wall_min": (time.perf_counter() - t0) / 60, "load_start": load_start, "load_end": load_average(),
               "sets": results}
     args.out.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,7 @@ from .engine.segment import REFINE_METHODS, SegmentParams
 from .engine.sources import Skipped, discover
 from .engine.kv_capture import DEFAULT_KIND
 from .engine.kv_memory import KINDS as KV_KINDS
-from .engine.workspace import MAX_EVENT_TOKENS, MODES, Workspace
+from .engine.workspace import DEFAULT_K, MAX_EVENT_TOKENS, MODES, Workspace
 from .store import Store, StoreError
 
 app = typer.Typer(
@@ -182,7 +182,7 @@ def nothing_to_ingest(skipped: list[Skipped]) -> str:
 @handle_errors
 def ask(
     question: Annotated[str, typer.Argument(help="Your question, in quotes.", show_default=False)],
-    k: Annotated[int, typer.Option("-k", min=1, max=50, help="Events found by similarity, before their neighbours are added.")] = 3,
+    k: Annotated[int, typer.Option("-k", min=1, max=50, help="Events found by similarity, before their neighbours are added.")] = DEFAULT_K,
     mode: Annotated[Optional[str], typer.Option(help="`kv` loads the retrieved events' stored KV blocks (the default when the store has them); `text` re-reads their text.", show_default=False)] = None,
     neighbours: Annotated[int, typer.Option(min=0, max=3, help="Adjacent events added around each hit (temporal contiguity).")] = 1,
     epman: EpmanOpt = False,
@@ -231,7 +231,7 @@ def ask(
 @app.command()
 @handle_errors
 def chat(
-    k: Annotated[int, typer.Option("-k", min=1, max=50, help="Events found by similarity per question.")] = 3,
+    k: Annotated[int, typer.Option("-k", min=1, max=50, help="Events found by similarity per question.")] = DEFAULT_K,
     epman: EpmanOpt = False,
     doc: DocOpt = None,
     short: ShortOpt = True,

@@ -1,13 +1,15 @@
-"""What the short answer (engine/short_answer.py) costs the first token: kv mode with and without it, side by side.
+"""The first token in kv mode under answer settings side by side: the defaults before this change against after.
 
-Every held-out question is asked twice in kv mode on the same store, one right after the other, in alternating
-order (free first on even questions, short first on odd ones) so that a change in the machine's load falls on both:
-`free` (`--no-short`: the model's own words) and `short` (the likeliest evidence span first, scored in one batch of
-parallel sequences). Printed: the first-token medians, their ratio (issue 14: at most 1.25x today's kv mode), the
-spans scored per answer and how long the scoring took. The ratio is measured, not assumed: the scoring is one extra
-decode of up to ~100 tokens before the first token.
+Every held-out question is asked once in each condition on the same store, one right after the other, the order
+rotating from question to question so that a change in the machine's load falls on all of them:
+- `k3-free`  kv mode as it was: k=3 hits, the model's own words (`--no-short`);
+- `k3-short` k=3, the answer led by the likeliest evidence span (engine/short_answer.py: one extra batch decode of
+             up to 16 spans before the first token);
+- `k5-short` k=5 (today's default), led by a span.
+Printed: the first-token medians, each condition's ratio to `k3-free` (issue 14: at most 1.25x), and the median of
+the per-question ratios.
 
-    python bench/short_answer_cost.py [--only SET ...] [--out docs/short_answer_cost.json]
+    python bench/first_token_ab.py [--only SET ...] [--out docs/first_token_ab.json]
 """
 from __future__ import annotations
 
@@ -26,6 +28,8 @@ from episodic_cli.engine.paths import cache_dir  # noqa: E402
 from episodic_cli.engine.workspace import Workspace  # noqa: E402
 
 ANSWER_MAX_TOKENS = 32  # the first token is what is timed; a short tail keeps the run short
+CONDITIONS = {"k3-free": {"k": 3, "short": False}, "k3-short": {"k": 3, "short": True},
+              "k5-short": {"k": 5, "short": True}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,11 +38,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="*", default=["book", "code", "pdf-manual", "pdf-spec"])
     ap.add_argument("--stores", type=Path, default=cache_dir() / "heldout", help="bench/heldout.py's stores")
     ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--out", type=Path, default=Path("docs/short_answer_cost.json"))
+    ap.add_argument("--out", type=Path, default=Path("docs/first_token_ab.json"))
     args = ap.parse_args(argv)
+    names = list(CONDITIONS)
     rows = []
     load_start = load_average()
-    n = 0
     for spec in load_sets(args.sets):
         if spec["set"] not in args.only:
             continue
@@ -54,33 +58,26 @@ def main(argv: list[str] | None = None) -> int:
             for q in spec["questions"]:
                 if q["qid"] in stale:
                     continue
-                order = ("free", "short") if n % 2 == 0 else ("short", "free")
-                n += 1
+                shift = len(rows) % len(names)
                 row = {"qid": q["qid"]}
-                for condition in order:
-                    warnings: list[str] = []
-                    result, r = ask_once(ws, store, q["question"], q["gold_text"], warnings,
-                                         max_tokens=ANSWER_MAX_TOKENS, mode="kv", short=condition == "short")
-                    row[condition] = r["first_token_s"]
-                    if condition == "short":
-                        row["lead"] = result.answer.short
+                for name in names[shift:] + names[:shift]:
+                    result, r = ask_once(ws, store, q["question"], q["gold_text"], [], max_tokens=ANSWER_MAX_TOKENS,
+                                         mode="kv", **CONDITIONS[name])
+                    row[name] = r["first_token_s"]
                 rows.append(row)
-                print(f"  {q['qid']:<16} free {row['free']:.2f}s  short {row['short']:.2f}s  lead={row['lead']!r}",
-                      flush=True)
+                print(f"  {q['qid']:<16} " + "  ".join(f"{n} {row[n]:.2f}s" for n in names), flush=True)
         finally:
             store.close()
             ws.close()
     if not rows:
         print("no question asked")
         return 1
-    free = statistics.median(r["free"] for r in rows)
-    short = statistics.median(r["short"] for r in rows)
-    led = [r for r in rows if r["lead"]]
-    ratio_led = (statistics.median(r["short"] for r in led) / statistics.median(r["free"] for r in led)) if led else None
-    summary = {"questions": len(rows), "led": len(led), "first_token_median_free_s": round(free, 3),
-               "first_token_median_short_s": round(short, 3), "ratio_all": round(short / free, 3),
-               "ratio_led_only": None if ratio_led is None else round(ratio_led, 3),
-               "per_question_ratio_median": round(statistics.median(r["short"] / r["free"] for r in rows), 3),
+    medians = {n: statistics.median(r[n] for r in rows) for n in names}
+    base = names[0]
+    summary = {"questions": len(rows), "first_token_median_s": {n: round(v, 3) for n, v in medians.items()},
+               "ratio_to_" + base: {n: round(medians[n] / medians[base], 3) for n in names[1:]},
+               "per_question_ratio_median": {n: round(statistics.median(r[n] / r[base] for r in rows), 3)
+                                             for n in names[1:]},
                "load_start": load_start, "load_end": load_average(), "date": time.strftime("%Y-%m-%d %H:%M")}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"summary": summary, "rows": rows}, indent=1), encoding="utf-8")
