@@ -88,6 +88,12 @@ def test_the_answer_starts_with_the_likeliest_span_then_one_sentence(bundled_mod
         rest = answer.text[len(answer.short):]
         assert rest.count("\n") <= 1 and len(rest) < 400  # one sentence after the span, not a 64-token ramble
         assert answer.timings.first_token_s > 0
+        # a session with no sequence to spare scores nothing: the answer is the model's own
+        single = LlamaSession(bundled_model, n_ctx=256, n_seq_max=1)
+        try:
+            assert likeliest(single, _prompt(single, TEXT_FACT), spans) is None
+        finally:
+            single.close()
         # with nothing to score, the answer is the model's own
         pos = _prompt(session, f"{TEXT_FACT}\nQ: {TEXT_QUESTION}\nA:")
         free = Answer()

@@ -97,16 +97,17 @@ def answer_spans(quotes: list[str], question: str) -> list[str]:
 def likeliest(session: LlamaSession, pos: int, spans: list[str]) -> Lead | None:
     """The span the model finds likeliest (log-probability over the square root of its length) as the continuation
     of sequence 0 at `pos` (the prompt's end). Overwrites the session's last logits (decode the lead next)."""
+    room = min(MAX_SPANS, session.n_seq_max - 1)  # sequence 0 holds the prompt
     candidates: list[tuple[str, np.ndarray]] = []
     total = 0
     for span in spans:
+        if len(candidates) >= room:
+            break
         tokens = session.model.tokenize(span)
         if not 0 < len(tokens) <= MAX_SPAN_TOKENS or total + len(tokens) > INGEST_BATCH:
             continue
         candidates.append((span, tokens))
         total += len(tokens)
-        if len(candidates) == min(MAX_SPANS, session.n_seq_max - 1):
-            break
     if not candidates:
         return None
     surprise = session.branch_surprise(pos, [t for _, t in candidates])
