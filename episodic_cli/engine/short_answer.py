@@ -41,11 +41,10 @@ _NAME_RE = re.compile(r"\b[A-Z][a-z]+(?:[ \t]+[A-Z]\w*){1,4}")
 
 @dataclass
 class Lead:
-    """The span an answer starts with, and how likely the model found it (mean log-probability per token)."""
+    """The span an answer starts with, and its tokens (decoded into the cache after it is shown)."""
 
     text: str
     tokens: np.ndarray
-    mean_logprob: float
 
 
 def asks_for_a_fact(question: str) -> bool:
@@ -117,4 +116,4 @@ def likeliest(session: LlamaSession, pos: int, spans: list[str]) -> Lead | None:
     # first for 19 of 44 questions this way, 17 by the mean, 12 by the sum (docs/evaluation.md).
     scores = [-float(s.sum()) / float(np.sqrt(len(s))) for s in surprise]
     best = int(np.argmax(scores))
-    return Lead(candidates[best][0], candidates[best][1], -float(surprise[best].mean()))
+    return Lead(candidates[best][0], candidates[best][1])
