@@ -36,8 +36,8 @@ def ingest(ws, store_dir, path, commit_every=EVERY):
 def events_of(store_dir):
     with Store.open_existing(store_dir) as st:
         [doc] = st.documents()
-        return doc, [(e.ordinal, e.token_start, e.token_end, e.char_start, e.char_end, e.text)
-                     for e in st.events_of(doc.id)]
+        return doc, [(e.ordinal, e.token_start, e.token_end, e.char_start, e.char_end, e.text, e.line_start,
+                      e.line_end, e.section) for e in st.events_of(doc.id)]
 
 
 def ingest_whole(engine, store_dir, path):
@@ -78,6 +78,34 @@ def test_a_long_document_commits_in_groups_and_ends_complete(uninterrupted):
     doc, events = uninterrupted
     assert not doc.partial and doc.checkpoint is None and len(events) > 3 * EVERY
     assert [e[0] for e in events] == list(range(len(events)))
+
+
+def test_a_spooled_text_ingests_and_resumes_to_the_events_of_the_text_held_whole(engine, long_text, uninterrupted,
+                                                                                 tmp_path, monkeypatch):
+    """A text too long to hold is read from its spool file (document_text.py) by every part of the pass: tokens,
+    event texts, lines, sections, the checkpoint's resume; the events equal those of the text held as a str."""
+    from episodic_cli.engine import document_text, sources
+
+    monkeypatch.setattr(document_text, "IN_MEMORY_CHARS", 1000)  # the ~9k-character text is spooled
+    monkeypatch.setattr(document_text, "READ_CHARS", 777)         # lines and newlines read across block seams
+    monkeypatch.setattr(sources, "READ_BYTES", 4093)              # the file decoded in several blocks
+    spooled = []
+    real_finish = document_text.TextSpool.finish
+    monkeypatch.setattr(document_text.TextSpool, "finish", lambda self: spooled.append(real_finish(self)) or spooled[-1])
+    store_dir = tmp_path / "store"
+    ws = workspace_for(engine, store_dir)
+    real_checkpoint = document_pass.DocumentPass._checkpoint
+    with monkeypatch.context() as mp:
+        power_cut_after(mp, 1)
+        [failed] = ingest(ws, store_dir, long_text)
+    assert failed.status == "failed" and "marked partial" in failed.error
+    assert document_pass.DocumentPass._checkpoint is real_checkpoint
+    [resumed] = ingest(ws, store_dir, long_text)
+    assert resumed.status == "ingested", resumed.error
+    assert len(spooled) == 2 and all(isinstance(t, document_text.SpooledText) for t in spooled)
+    doc, events = events_of(store_dir)
+    assert events == uninterrupted[1] and doc.n_lines == uninterrupted[0].n_lines
+    assert any(e[6] > 1 for e in events)  # line numbers were counted, not all 1
 
 
 @pytest.mark.parametrize("groups_before_the_crash", [1, 3])

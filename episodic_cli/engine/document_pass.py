@@ -72,6 +72,8 @@ class DocumentPass:
         """For a code file, the cost of each cut (code_cuts.py): events follow its definitions; None for prose."""
         if self.doc.kind != "code" or self.params.code_cuts != "definitions":
             return None
+        if not isinstance(self.doc.text, str):  # a code file too long to hold (a dump, generated code): cut as prose
+            return None
         cuts = CodeCuts(self.doc.text, python=self.doc.path.suffix.lower() in (".py", ".pyi"))
         return lambda start, lo, hi: cuts.costs(self.offsets, self.clean, start, lo, hi, self.params.max_tokens)
 

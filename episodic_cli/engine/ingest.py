@@ -147,7 +147,7 @@ class Ingestor:
             existing = self.store.find_document(key)
             if existing is not None and not existing.partial and existing.content_sha256 == sha:
                 return IngestResult(key, display_path, "unchanged", existing.n_tokens, existing.n_events)
-            doc = load_document(path, display_path)
+            doc = load_document(path, display_path, spool_dir=self.store.path)
             # counted now (shown: seconds on a large file), tokenized again chunk by chunk in the pass
             tokens = DocumentTokens(self.model, doc.text,
                                     on_count=lambda done, total: progress.document_counting(display_path, done, total))
@@ -175,6 +175,9 @@ class Ingestor:
             kept = _kept(document_pass) or " (nothing of this file was stored)"
             return IngestResult(key, display_path, "failed", seconds=time.perf_counter() - start,
                                 error=f"unexpected {type(exc).__name__}: {exc}{kept}")
+        finally:
+            if doc is not None:
+                doc.close()  # a long text's spool file goes with it
 
     def finish_run(self) -> None:
         """After the last file: window files of documents that are no longer partial go."""
@@ -200,7 +203,7 @@ class Ingestor:
         if self.keeper is not None:
             values = 2 * self.model.info.n_layer * self.model.info.n_head_kv * self.rope.head_dim
             kv = n_tokens * values * KV_VALUE_BYTES.get(self.keeper.kind, 2.0)
-        text = len(doc.text.encode("utf-8")) if doc is not None else 0
+        text = doc.text_bytes if doc is not None else 0
         events = n_tokens // max(self.params.min_tokens, 1) + 1
         sqlite = 2 * (2 * text + events * EMBEDDING_ROW_BYTES)
         return max(int(kv + sqlite), MB)

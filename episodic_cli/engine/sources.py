@@ -9,7 +9,6 @@ from __future__ import annotations
 import codecs
 import errno
 import hashlib
-import io
 import logging
 import os
 import re
@@ -18,11 +17,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import pathspec
 
+from .document_text import Text, TextSpool, close_text, count_newlines
 from .errors import EpiError
-from .structure import line_offsets
 
 # pypdf (strict=False) logs a warning for every repaired xref/object; with no handler configured Python's
 # last-resort handler would print those to stderr in the middle of the CLI's output. A NullHandler keeps them
@@ -31,6 +29,7 @@ logging.getLogger("pypdf").addHandler(logging.NullHandler())
 
 MAX_FILE_BYTES = 20 * 1024 * 1024
 MAX_JSON_BYTES = 1024 * 1024
+READ_BYTES = 1 << 20  # a file is read and decoded this much at a time
 _SNIFF_BYTES = 8192
 
 TEXT_EXTS = frozenset({".txt", ".md", ".markdown", ".rst", ".org", ".tex"})
@@ -75,15 +74,20 @@ class SourceDocument:
     path: Path
     display_path: str
     kind: str  # "pdf" | "text" | "code"
-    text: str
+    text: Text  # a str, or for a long text a SpooledText read by slices (document_text.py)
     content_sha256: str
     page_starts: list[int] | None
     n_pages: int | None
     n_lines: int | None
     # PDF outline (bookmarks): (level, title, 0-based page) in reading order; None when the PDF has none.
     outline: list[tuple[int, str, int]] | None = None
-    _line_starts: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
-    _sections: list | None = field(default=None, init=False, repr=False, compare=False)
+    text_bytes: int = 0  # the text's size in UTF-8 (what the store will hold of it)
+    _sections: object | None = field(default=None, init=False, repr=False, compare=False)
+    _lines_at: tuple[int, int] = field(default=(0, 0), init=False, repr=False, compare=False)
+
+    def close(self) -> None:
+        """Let go of a spooled text's temporary file (a str needs nothing)."""
+        close_text(self.text)
 
     def section(self, char_start: int, char_end: int) -> str | None:
         """Where [char_start, char_end) sits in the document's structure, as stored in events.section (JSON; None
@@ -92,9 +96,9 @@ class SourceDocument:
 
         if self._sections is None:
             try:
-                self._sections = structure.extract(self)
+                self._sections = structure.SectionIndex(structure.extract(self))
             except Exception:  # noqa: BLE001 - structure is an extra: a parser's surprise must not fail an ingest
-                self._sections = []
+                self._sections = structure.SectionIndex([])
         return structure.encode(structure.event_section(self._sections, char_start, char_end, self.text))
 
     def locate(self, char_start: int, char_end: int) -> tuple[int | None, int | None, int | None, int | None]:
@@ -104,11 +108,18 @@ class SourceDocument:
             # bisect_right: an empty page shares its start offset with the next one, and a character at that
             # offset belongs to the later (non-empty) page.
             return bisect_right(self.page_starts, first), bisect_right(self.page_starts, last), None, None
-        if self._line_starts is None:
-            self._line_starts = line_offsets(self.text)
-        n = len(self._line_starts)
-        line_start, line_end = np.searchsorted(self._line_starts, [first, last], side="right")
-        return None, None, min(int(line_start), n), min(int(line_end), n)
+        return None, None, self._line_of(first), self._line_of(last)
+
+    def _line_of(self, char: int) -> int:
+        """1-based line of a character, counting newlines on from the last character asked: ingest locates its events
+        in order, so a document's newlines are counted once (no table of line starts: 8 bytes a line on a log of
+        millions); asking behind that point counts again from the top."""
+        at, newlines = self._lines_at
+        if char < at:
+            at, newlines = 0, 0
+        newlines += count_newlines(self.text, at, char)
+        self._lines_at = (char, newlines)
+        return newlines + 1
 
     def _span_chars(self, char_start: int, char_end: int) -> tuple[int, int]:
         """First and last (inclusive) character of the span, trimmed of edge whitespace so that a chunk that
@@ -118,14 +129,12 @@ class SourceDocument:
             return 0, 0
         start = min(max(char_start, 0), size - 1)
         end = min(max(char_end, start + 1), size)
-        s, e = start, end
-        while s < e and self.text[s].isspace():
-            s += 1
-        while e > s and self.text[e - 1].isspace():
-            e -= 1
-        if s == e:  # all-whitespace span: fall back to the raw bounds
-            s, e = start, end
-        return s, e - 1
+        span = self.text[start:end]
+        stripped = span.lstrip()
+        if not stripped:  # all-whitespace span: fall back to the raw bounds
+            return start, end - 1
+        s = start + len(span) - len(stripped)
+        return s, s + len(stripped.rstrip()) - 1
 
 
 EMPTY_FILE = "empty file"  # the reason of a quiet skip: an empty __init__.py is normal in a code folder
@@ -390,7 +399,8 @@ def _pdf_outline(reader) -> list[tuple[int, str, int]]:
     return found
 
 
-def _read_pdf(data: bytes, shown: str, path: Path) -> tuple[str, list[int], list[tuple[int, str, int]]]:
+def _read_pdf(file, shown: str, path: Path, spool: TextSpool) -> tuple[list[int], list[tuple[int, str, int]]]:
+    """The pages' text, normalised, written to `spool` with a blank line between pages; (page starts, outline)."""
     # Imported lazily: only PDF ingestion pays pypdf's import cost.
     from pypdf import PdfReader
     from pypdf.errors import DependencyError
@@ -399,7 +409,7 @@ def _read_pdf(data: bytes, shown: str, path: Path) -> tuple[str, list[int], list
         f"{shown} is encrypted (password-protected); decrypt it first, e.g. with `qpdf --decrypt`"
     )
     try:
-        reader = PdfReader(io.BytesIO(data), strict=False)
+        reader = PdfReader(file, strict=False)
         if reader.is_encrypted:
             try:
                 opened = reader.decrypt("")  # many "encrypted" PDFs only restrict printing/copying
@@ -419,58 +429,84 @@ def _read_pdf(data: bytes, shown: str, path: Path) -> tuple[str, list[int], list
     if not pages:
         raise SourceError(f"{shown} is not a readable PDF (it has no pages)", path)
 
-    texts: list[str] = []
+    starts: list[int] = []
     failures: list[Exception] = []
+    has_text = False
     for page in pages:
+        if starts:
+            spool.write("\n\n")
+        starts.append(spool.n_chars)
         try:
-            texts.append(_normalise_page(page.extract_text() or ""))
+            text = _normalise_page(page.extract_text() or "")
         except Exception as exc:  # keep physical numbering: a broken page becomes an empty one
             failures.append(exc)
-            texts.append("")
+            continue
+        has_text = has_text or bool(text.strip())
+        spool.write(text)
     if len(failures) == len(pages):
         raise SourceError(f"{shown} is not a readable PDF ({_short(failures[0])})", path)
-    if not any(t.strip() for t in texts):
+    if not has_text:
         raise SourceError(
             f"{shown} has no extractable text (scanned images?); run OCR first, e.g. `ocrmypdf`", path
         )
-    starts: list[int] = []
-    offset = 0
-    for t in texts:
-        starts.append(offset)
-        offset += len(t) + 2  # the "\n\n" separator
-    return "\n\n".join(texts), starts, _pdf_outline(reader)
+    return starts, _pdf_outline(reader)
 
 
-def _decode_text(data: bytes, shown: str, path: Path) -> str:
-    binary = SourceError(f"{shown} looks like a binary file; {_BINARY_HINT}", path)
-    if data.startswith((b"\xff\xfe", b"\xfe\xff")):  # UTF-16 with BOM (e.g. Windows PowerShell output)
+class _NotThisCodec(Exception):
+    """The file does not decode with the codec tried; the next one is tried."""
+
+
+def _decode_into(file, codec: str, refuse_nul: bool, spool: TextSpool, binary: SourceError) -> tuple[str, int]:
+    """Decode the whole file with `codec` a block at a time into `spool`, newlines normalised (so that line numbers
+    match an editor's); (the file's sha256, its number of lines). Raises `binary` for a binary file's marks."""
+    file.seek(0)
+    sha = hashlib.sha256()
+    decoder = codecs.getincrementaldecoder(codec)("strict")
+    n_decoded = controls = newlines = 0
+    carried_cr, last, has_text = False, "", False
+    while True:
+        block = file.read(READ_BYTES)
+        final = not block
+        sha.update(block)
+        if refuse_nul and b"\x00" in block:
+            raise binary
         try:
-            text = data.decode("utf-16")
+            piece = decoder.decode(block, final=final)
         except UnicodeDecodeError:
-            raise binary from None
-    elif b"\x00" in data:
+            raise _NotThisCodec from None
+        # Text may carry a stray control character; binary blobs carry many (counted before newlines are folded).
+        n_decoded += len(piece)
+        controls += len(_CONTROL_RE.findall(piece))
+        if carried_cr:  # a CR that ended the previous block: it may be half of a CRLF
+            piece = "\r" + piece
+        carried_cr = piece.endswith("\r") and not final
+        if carried_cr:
+            piece = piece[:-1]
+        piece = piece.replace("\r\n", "\n").replace("\r", "\n")
+        has_text = has_text or bool(piece.strip())
+        newlines += piece.count("\n")
+        last = piece[-1:] or last
+        spool.write(piece)
+        if final:
+            break
+    if controls > max(8, n_decoded // 100):
         raise binary
-    else:
-        try:
-            text = data.decode("utf-8-sig")
-        except UnicodeDecodeError:
-            # Legacy 8-bit text: cp1252 (a latin-1 superset for printable chars, common on Windows) first, then
-            # latin-1, which never fails; the control-character check below rejects binary that got this far.
-            try:
-                text = data.decode("cp1252")
-            except UnicodeDecodeError:
-                text = data.decode("latin-1")
-    # Text may carry a stray control char; binary blobs carry many.
-    if len(_CONTROL_RE.findall(text)) > max(8, len(text) // 100):
-        raise binary
-    return text
+    if not has_text:
+        raise _Empty
+    return sha.hexdigest(), newlines + (0 if last == "\n" else 1)
 
 
-def load_document(path: Path, display_path: str | None = None) -> SourceDocument:
+class _Empty(Exception):
+    """Whitespace only."""
+
+
+def load_document(path: Path, display_path: str | None = None, spool_dir: Path | None = None) -> SourceDocument:
+    """Read one file into a SourceDocument. The file is read a block at a time and a long text is spooled to a
+    temporary file in `spool_dir` (document_text.py): memory does not grow with the file's size."""
     path = Path(path)
     shown = display_path if display_path is not None else str(path)
     try:
-        data = path.read_bytes()  # read once: the hash and the parse see the same bytes
+        file = open(path, "rb")
     except FileNotFoundError:
         raise SourceError(f"{shown}: no such file; check the path", path) from None
     except IsADirectoryError:
@@ -479,19 +515,49 @@ def load_document(path: Path, display_path: str | None = None) -> SourceDocument
         raise SourceError(f"{shown}: permission denied; check the file's permissions", path) from None
     except OSError as exc:
         raise SourceError(f"{shown} cannot be read ({exc.strerror or exc})", path) from None
-    if not data.strip():
-        raise SourceError(f"{shown} is empty; nothing to ingest", path)
-    sha = hashlib.sha256(data).hexdigest()
-    resolved = path.resolve()
-
-    if path.suffix.lower() == PDF_EXT or b"%PDF-" in data[:1024]:
-        text, starts, outline = _read_pdf(data, shown, path)
-        return SourceDocument(resolved, shown, "pdf", text, sha, starts, len(starts), None, outline or None)
-
-    text = _decode_text(data, shown, path)
-    # Newlines normalised before anything counts lines, so line numbers match an editor's.
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
-    if not text.strip():
-        raise SourceError(f"{shown} is empty; nothing to ingest", path)
-    n_lines = text.count("\n") + (0 if text.endswith("\n") else 1)
-    return SourceDocument(resolved, shown, _kind_for(path), text, sha, None, None, n_lines)
+    empty = SourceError(f"{shown} is empty; nothing to ingest", path)
+    spool = TextSpool(spool_dir)
+    try:
+        with file:
+            head = file.read(1024)
+            resolved = path.resolve()
+            if path.suffix.lower() == PDF_EXT or b"%PDF-" in head:
+                file.seek(0)
+                sha, has_bytes = hashlib.sha256(), False
+                for block in iter(lambda: file.read(READ_BYTES), b""):
+                    sha.update(block)
+                    has_bytes = has_bytes or bool(block.strip())
+                if not has_bytes:
+                    raise empty
+                file.seek(0)
+                starts, outline = _read_pdf(file, shown, path, spool)
+                return SourceDocument(resolved, shown, "pdf", spool.finish(), sha.hexdigest(), starts, len(starts),
+                                      None, outline or None, text_bytes=spool.utf8_bytes)
+            binary = SourceError(f"{shown} looks like a binary file; {_BINARY_HINT}", path)
+            if head.startswith((b"\xff\xfe", b"\xfe\xff")):  # UTF-16 with BOM (e.g. Windows PowerShell output)
+                tries = [("utf-16", False)]
+            else:
+                # Legacy 8-bit text: cp1252 (a latin-1 superset for printable chars, common on Windows) after UTF-8,
+                # then latin-1, which never fails; the control-character count rejects binary that got this far.
+                tries = [("utf-8-sig", True), ("cp1252", True), ("latin-1", True)]
+            for codec, refuse_nul in tries:
+                try:
+                    sha, n_lines = _decode_into(file, codec, refuse_nul, spool, binary)
+                except _NotThisCodec:
+                    spool.discard()
+                    spool = TextSpool(spool_dir)
+                    continue
+                return SourceDocument(resolved, shown, _kind_for(path), spool.finish(), sha, None, None, n_lines,
+                                      text_bytes=spool.utf8_bytes)
+            raise binary
+    except _Empty:
+        spool.discard()
+        raise empty from None
+    except OSError as exc:
+        spool.discard()
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise  # the ingest run stops on a full disk with what it needs (ingest.py)
+        raise SourceError(f"{shown} cannot be read ({exc.strerror or exc})", path) from None
+    except BaseException:
+        spool.discard()
+        raise

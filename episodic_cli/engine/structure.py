@@ -5,7 +5,8 @@ functions that enclose a piece of code.
 sources._read_pdf) placed where their title appears on the page, headings detected on PDF pages when there is no
 outline, Markdown (ATX and setext) and reST (adorned titles) headings, plain-text headings ("CHAPTER III",
 "Chapter 3: Title", "3. Title", "2.4 Title", underlined titles), Python classes and functions (the `ast` module) and,
-for other languages, a regex over definition lines with an indentation-based end. `event_section(sections, c0, c1)`
+for other languages, a regex over definition lines with an indentation-based end. Headings are found in one pass
+over the lines, reading ahead two (a document_text.Text may be a spooled long text). `event_section(index, c0, c1)`
 is what an event stores (events.section, docs/store-format.md): the path of sections that covers most of it and the
 other paths it touches; `describe` turns that into the citation's words (`ch. 3 "The Betrayal"`,
 `class Cache, def get`).
@@ -20,9 +21,15 @@ import ast
 import json
 import re
 from array import array
+from bisect import bisect_left, bisect_right
+from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import islice
 
 import numpy as np
+
+from .document_text import Text, iter_lines
 
 CODE_KINDS = frozenset("class def function func fn method struct enum trait impl interface module object sub".split())
 PROSE_KINDS = ("part", "chapter", "appendix", "section")
@@ -133,23 +140,41 @@ def _title_like(title: str) -> bool:
             and not title.endswith((".", ",", ";", ":")) and not _sentence_like(title))
 
 
-def _line_spans(text: str) -> list[tuple[int, str]]:
-    out, pos = [], 0
-    for line in text.split("\n"):
-        out.append((pos, line))
-        pos += len(line) + 1
-    return out
+LineWindow = tuple[int, int, str, "str | None", list[tuple[int, str]]]
+
+
+def _line_windows(text: Text, ahead: int = 2) -> Iterator[LineWindow]:
+    """(index, offset, line, the previous line or None, up to `ahead` next lines as (offset, line)) for each line,
+    read as a stream: a heading is recognised by its neighbours, never by the whole text."""
+    lines = iter_lines(text)
+    window = deque(islice(lines, ahead + 1))
+    previous, i = None, 0
+    while window:
+        pos, line = window.popleft()
+        yield i, pos, line, previous, list(window)
+        window.extend(islice(lines, 1))
+        previous, i = line, i + 1
 
 
 def _ranges(heads: list[tuple[int, int, str, str | None, str]], size: int) -> list[Section]:
     """Headings (offset, level, kind, number, title) -> sections: each runs to the next heading of the same or a
-    lower level, or to the end of the document."""
+    lower level (a later offset), or to the end of the document. Found walking back from the last heading with the
+    nearest later offset of each level: linear in the headings (a long log may have tens of thousands)."""
     heads = sorted(heads, key=lambda h: (h[0], h[1]))
-    out = []
-    for i, (start, level, kind, number, title) in enumerate(heads):
-        end = next((h[0] for h in heads[i + 1:] if h[1] <= level and h[0] > start), size)
-        out.append(Section(start, end, level, kind, number, title))
-    return out
+    ends = [size] * len(heads)
+    nearest: dict[int, int] = {}  # level -> the smallest offset of that level after the heading at hand
+    i = len(heads) - 1
+    while i >= 0:
+        first = i  # the headings at this offset: none of them ends another
+        while first > 0 and heads[first - 1][0] == heads[i][0]:
+            first -= 1
+        for k in range(first, i + 1):
+            ends[k] = min((at for level, at in nearest.items() if level <= heads[k][1]), default=size)
+        for k in range(first, i + 1):
+            nearest[heads[k][1]] = heads[k][0]
+        i = first - 1
+    return [Section(start, end, level, kind, number, title)
+            for (start, level, kind, number, title), end in zip(heads, ends)]
 
 
 def _prose_level(kind: str, number: str | None, chapters: bool) -> int:
@@ -161,32 +186,31 @@ def _prose_level(kind: str, number: str | None, chapters: bool) -> int:
     return depth + (1 if chapters else 0)
 
 
-def text_headings(text: str, page_lines: bool = False) -> list[Section]:
+def text_headings(text: Text, page_lines: bool = False) -> list[Section]:
     """Plain text: chapter/part lines ("CHAPTER III", "Chapter 3: Title"; a bare "CHAPTER III" takes the next short
     line as its title), numbered headings set off by a blank line ("3. Title", "2.4 Title", Vim's "*02.1*  Title"),
     and titles underlined with a row of = - ~ ... . `page_lines` (PDF pages, where extraction keeps no blank lines):
     numbered headings need two levels ("2.4 Title") unless they open a page."""
-    lines = _line_spans(text)
     found: list[tuple[int, str, str | None, str, int]] = []  # offset, kind, number, title, adornment level or -1
     styles: list[str] = []
-    for i, (pos, line) in enumerate(lines):
+    for i, pos, line, previous, following in _line_windows(text):
         stripped = line.strip()
         if not stripped or len(stripped) > TITLE_MAX + 20:
             continue
-        prev_blank = i == 0 or not lines[i - 1][1].strip() or bool(_ADORNMENT_RE.match(lines[i - 1][1].strip()))
-        nxt = lines[i + 1][1].strip() if i + 1 < len(lines) else ""
+        prev_blank = previous is None or not previous.strip() or bool(_ADORNMENT_RE.match(previous.strip()))
+        nxt = following[0][1].strip() if following else ""
         head = parse_heading(stripped, strict=True)
         if head is not None and head[0] != "section":
             kind, number, title = head
             # A bare "CHAPTER III" takes its title from the next non-blank line (within two) when that reads like one.
-            below = next((ln.strip() for _, ln in lines[i + 1:i + 3] if ln.strip()), "")
+            below = next((ln.strip() for _, ln in following[:2] if ln.strip()), "")
             if not title and below and len(below) <= TITLE_MAX and not _sentence_like(below) \
                     and not below.endswith((".", ",", ";")) and parse_heading(below, strict=True) is None:
                 title = below
             found.append((pos + line.index(stripped[0]), kind, number, title, -1))
             continue
         if head is not None:
-            opens_page = page_lines and (i == 0 or not lines[i - 1][1].strip())
+            opens_page = page_lines and (previous is None or not previous.strip())
             ok = (len(head[1].split(".")) >= 2 or opens_page) if page_lines else prev_blank
             if ok and line[:1] not in (" ", "\t"):
                 found.append((pos, *head, -1))
@@ -205,11 +229,10 @@ def text_headings(text: str, page_lines: bool = False) -> list[Section]:
     return _ranges(heads, len(text))
 
 
-def markdown_headings(text: str) -> list[Section]:
+def markdown_headings(text: Text) -> list[Section]:
     """ATX (# Title) and setext (Title / ===) headings outside fenced code blocks; the level is the #s."""
-    lines = _line_spans(text)
     heads, fenced = [], None
-    for i, (pos, line) in enumerate(lines):
+    for _, pos, line, _, following in _line_windows(text, ahead=1):
         fence = _FENCE_RE.match(line)
         if fence:
             fenced = None if fenced == fence.group(1) else (fenced or fence.group(1))
@@ -217,7 +240,7 @@ def markdown_headings(text: str) -> list[Section]:
         if fenced:
             continue
         m = _MD_ATX_RE.match(line)
-        nxt = lines[i + 1][1].strip() if i + 1 < len(lines) else ""
+        nxt = following[0][1].strip() if following else ""
         if m:
             kind, number, title = parse_heading(m.group(2), strict=False) or ("section", None, m.group(2))
             heads.append((pos, len(m.group(1)), kind, number, title))
@@ -228,33 +251,32 @@ def markdown_headings(text: str) -> list[Section]:
     return _ranges(heads, len(text))
 
 
-def rst_headings(text: str) -> list[Section]:
+def rst_headings(text: Text) -> list[Section]:
     """reST section titles: a line underlined (and maybe overlined) by punctuation at least as long as it; levels
     follow the order in which the adornment styles first appear, as docutils does."""
-    lines = _line_spans(text)
     heads, styles = [], []
-    i = 0
-    while i < len(lines):
-        pos, line = lines[i]
-        nxt = lines[i + 1][1].rstrip() if i + 1 < len(lines) else ""
+    resume_at = 0  # the line after the last title's adornment
+    for i, pos, line, _, following in _line_windows(text):
+        if i < resume_at:
+            continue
+        nxt = following[0][1].rstrip() if following else ""
         over = _ADORNMENT_RE.match(line.strip()) is not None and line[:1] not in (" ", "\t")
-        if over and i + 2 < len(lines) and lines[i + 1][1].strip() and lines[i + 2][1].strip() == line.strip():
-            title, style, at, step = lines[i + 1][1].strip(), "o" + line.strip()[0], lines[i + 1][0], 3
+        if over and len(following) >= 2 and following[0][1].strip() and following[1][1].strip() == line.strip():
+            title, style, at, step = following[0][1].strip(), "o" + line.strip()[0], following[0][0], 3
         elif (line.strip() and line[:1] not in (" ", "\t") and not over and _ADORNMENT_RE.match(nxt)
               and len(nxt.strip()) >= len(line.strip())):
             title, style, at, step = line.strip(), nxt.strip()[0], pos, 2
         else:
-            i += 1
             continue
         if style not in styles:
             styles.append(style)
         kind, number, title = parse_heading(title, strict=False) or ("section", None, title)
         heads.append((at, styles.index(style) + 1, kind, number, title))
-        i += step
+        resume_at = i + step
     return _ranges(heads, len(text))
 
 
-def outline_sections(text: str, page_starts: list[int], outline: list[tuple[int, str, int]]) -> list[Section]:
+def outline_sections(text: Text, page_starts: list[int], outline: list[tuple[int, str, int]]) -> list[Section]:
     """PDF outline entries (level, title, 0-based page) placed where their title's words appear on that page (the
     page's start when they do not)."""
     heads = []
@@ -266,10 +288,11 @@ def outline_sections(text: str, page_starts: list[int], outline: list[tuple[int,
         words = re.findall(r"\w+", title)
         at, before = start, ""
         if words:
-            m = re.search(r"\W+".join(map(re.escape, words)), text[start:end], re.I)
+            page = text[start:end]
+            m = re.search(r"\W+".join(map(re.escape, words)), page, re.I)
             if m:
                 at = start + m.start()
-                before = text[text.rfind("\n", start, at) + 1:at]
+                before = page[page.rfind("\n", 0, m.start()) + 1:m.start()]  # the line's start on the page
         kind, number, name = parse_heading(title, strict=False) or ("section", None, title.strip())
         numbered = re.fullmatch(r"[ \t]*(\d{1,3}(?:\.\d{1,3})*)\.?[ \t]+", before)
         if number is None and kind == "section" and numbered:  # "2.1 ASN.1 syntax" on the page, "ASN.1 syntax" in the outline
@@ -334,10 +357,9 @@ _DEF_RES = [
 _CLOSER_RE = re.compile(r"^[ \t]*(?:[}\])]|end\b|\{)")
 
 
-def regex_symbols(text: str) -> list[Section]:
+def regex_symbols(text: Text) -> list[Section]:
     """Definition lines of common languages; a definition ends before the next non-blank line indented no deeper
     (a closing brace or `end` at its own indentation still belongs to it)."""
-    lines = _line_spans(text)
     out: list[Section] = []
     open_: list[tuple[int, int, str, str, int]] = []  # indent, start, kind, name, depth
 
@@ -349,7 +371,7 @@ def regex_symbols(text: str) -> list[Section]:
             ind, start, kind, name, depth = open_.pop()
             out.append(Section(start, pos, depth, kind, None, name))
 
-    for pos, line in lines:
+    for pos, line in iter_lines(text):
         if not line.strip():
             continue
         ind = indent(line)
@@ -378,7 +400,7 @@ def extract(doc) -> list[Section]:
             return outline_sections(doc.text, doc.page_starts or [0], outline)
         return text_headings(doc.text, page_lines=True)
     if doc.kind == "code":
-        if ext in (".py", ".pyi"):
+        if ext in (".py", ".pyi") and isinstance(doc.text, str):  # Python's parser reads the whole text: short ones
             found = python_symbols(doc.text)
             if found is not None:
                 return found
@@ -390,22 +412,49 @@ def extract(doc) -> list[Section]:
     return text_headings(doc.text)
 
 
-def _path_at(sections: list[Section], x: int) -> list[Section]:
-    return sorted((s for s in sections if s.start <= x < s.end), key=lambda s: (s.level, s.start))
+class SectionIndex:
+    """A document's sections by position: the path of sections enclosing any offset (outermost first: by level,
+    then start) found by bisection. event_section is asked once per event, and scanning every section per event is
+    quadratic on a long document with many headings."""
+
+    def __init__(self, sections: list[Section]):
+        self.sections = sections
+        self.bounds = sorted({x for s in sections for x in (s.start, s.end)})
+        opening: dict[int, list[int]] = {}
+        for i, s in enumerate(sections):
+            opening.setdefault(s.start, []).append(i)
+        open_: list[int] = []
+        self.paths: list[list[Section]] = []  # paths[k]: the path over [bounds[k], bounds[k + 1])
+        for x in self.bounds:
+            open_ = [i for i in open_ if sections[i].end > x] + opening.get(x, [])
+            open_ = [i for i in open_ if sections[i].end > x]  # an empty section opens and closes at once
+            self.paths.append(sorted((sections[i] for i in sorted(open_)), key=lambda s: (s.level, s.start)))
+
+    def __bool__(self) -> bool:
+        return bool(self.sections)
+
+    def path_at(self, x: int) -> list[Section]:
+        k = bisect_right(self.bounds, x) - 1
+        return self.paths[k] if k >= 0 else []
+
+    def bounds_inside(self, c0: int, c1: int) -> list[int]:
+        """Section starts and ends strictly between c0 and c1."""
+        return self.bounds[bisect_right(self.bounds, c0):bisect_left(self.bounds, c1)]
 
 
-def event_section(sections: list[Section], c0: int, c1: int, text: str | None = None) -> dict | None:
+def event_section(sections: SectionIndex | list[Section], c0: int, c1: int, text: Text | None = None) -> dict | None:
     """{"path": the nodes enclosing most of [c0, c1), outermost first, "also": the other paths the span holds a real
     part of}, or None when no section encloses any of it. A part counts when it is a fifth of the span or a whole
     section: an event that ends on the next chapter's heading or a function's first line is not "in" it. `text`
     (the document's) makes the sizes count non-blank characters."""
-    if not sections or c1 <= c0:
+    index = sections if isinstance(sections, SectionIndex) else SectionIndex(sections)
+    if not index or c1 <= c0:
         return None
-    cuts = sorted({c0, c1} | {x for s in sections for x in (s.start, s.end) if c0 < x < c1})
+    cuts = [c0, *index.bounds_inside(c0, c1), c1]
     pieces = []
     for a, b in zip(cuts, cuts[1:]):
         size = len("".join(text[a:b].split())) if text is not None else b - a
-        pieces.append((size, _path_at(sections, a)))
+        pieces.append((size, index.path_at(a)))
     total = sum(size for size, _ in pieces) or 1
     main = max(pieces, key=lambda p: p[0])[1]  # the longest piece; the first one on a tie
     paths: list[list] = []

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .document_text import Text
 from .segment import clean_cut_mask
 from .sliding_array import SlidingArray
 from .token_offsets import token_char_offsets
@@ -62,17 +63,21 @@ def tokenizer_kind(model) -> str:
     return "other"
 
 
-def next_cut(text: str, start: int, kind: str, target: int = CHUNK_CHARS, limit: int = MAX_CHUNK_CHARS) -> int:
+def next_cut(text: Text, start: int, kind: str, target: int = CHUNK_CHARS, limit: int = MAX_CHUNK_CHARS) -> int:
     """Where the chunk starting at `start` ends: the first line start (or, failing that, word start) at least
-    `target` characters on, looked for within 2 x `target` first, then up to `limit`; the text's end if nearer."""
+    `target` characters on, looked for within 2 x `target` first, then up to `limit`; the text's end if nearer.
+    Only that stretch of the text is read (with the two characters before it, which the patterns look back at)."""
     if kind == "other" or len(text) - start <= target:
         return len(text)
     patterns = (LINE_START, WORD_START) if kind == "exact" else (WORD_START,)
+    lo = start + target
+    back = min(2, lo)
     for reach in (2 * target, limit):
+        stretch = text[lo - back : min(start + reach, len(text))]
         for pattern in patterns:
-            found = pattern.search(text, start + target, min(start + reach, len(text)))
+            found = pattern.search(stretch, back)
             if found:
-                return found.start()
+                return lo - back + found.start()
     return min(start + limit, len(text))
 
 
@@ -89,7 +94,7 @@ class DocumentTokens:
     start at token p: segment.clean_cut_mask) of one document, as SlidingArrays of the whole document's length that
     tokenize ahead on demand. The caller releases what it no longer needs (`release_before`)."""
 
-    def __init__(self, model, text: str, chunk_chars: int = CHUNK_CHARS,
+    def __init__(self, model, text: Text, chunk_chars: int = CHUNK_CHARS,
                  on_count: Callable[[int, int], None] | None = None):
         """`on_count(characters counted, characters in all)` follows the counting pass (seconds on a large file)."""
         self.model, self.text = model, text
