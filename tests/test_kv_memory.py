@@ -267,3 +267,47 @@ def test_load_order_and_staging_guards(kv, llm):
     assert L.llama_memory_seq_pos_max(s.memory, K.STAGING_SEQ) == -1
     assert L.llama_memory_seq_pos_max(s.memory, 0) == BLOCK - 1  # a refused block leaves the destination alone
     s.clear()
+
+
+def test_a_block_loads_across_flash_attention_on_and_off(kv, llm):
+    """Payload rows are per cell; the blob's V layout follows the destination context (`session_v_trans`): blocks of
+    a flash-attention-off ingest load into the layered answerer's flash-attention context, and blocks captured
+    there load back into kv mode's. Without the layout change llama.cpp refuses the blob. The logits agree with the
+    destination context's own prefill up to the two attention kernels' rounding (the blocks' K and V were computed
+    by the other kernel): measured max |dlogit| 0.049 and 0.038, argmax agreement 1.0; asserted 0.5 and 0.9."""
+    from episodic_cli.engine.errors import EpiError
+    from episodic_cli.engine.llama_backend import LlamaSession
+
+    model, s = llm
+    text, probe, n = kv["text"], kv["probe"], len(kv["text"])
+    flash = LlamaSession(model, n_ctx=1024, n_threads=1, flash_attn=True)
+    try:
+        assert K.session_v_trans(s) and not K.session_v_trans(flash)
+        flash.prefill(text, 0)
+        flash_ref = _probe_logits(flash, probe, n)
+        captured_on = [K.parse_state_blob(K.capture_block(flash, 0, i * BLOCK, (i + 1) * BLOCK))
+                       for i in range(N_BLOCKS)]
+        assert not any(p.v_trans for p in captured_on)
+
+        payloads_off = [K.encode_block(p, "f16") for p in kv["parsed"]]
+        flash.clear()
+        with pytest.raises(EpiError, match="refused"):
+            K.load_block(flash, K.state_blob_from_payload(payloads_off[0]), 0, 0)
+        flash.clear()
+        _load_all(flash, [K.state_blob_from_payload(p, v_trans=False) for p in payloads_off],
+                  [i * BLOCK for i in range(N_BLOCKS)])
+        diff, agree = _compare(_probe_logits(flash, probe, n), flash_ref)
+        print(f"\n[kv] flash-off blocks in a flash context: max |dlogit| {diff:.4f}, argmax agreement {agree:.3f}")
+        assert diff < 0.5 and agree >= 0.9
+
+        payloads_on = [K.encode_block(p, "f16") for p in captured_on]
+        _load_all(s, [K.state_blob_from_payload(p, v_trans=True) for p in payloads_on],
+                  [i * BLOCK for i in range(N_BLOCKS)])
+        diff, agree = _compare(_probe_logits(s, probe, n), kv["ref"])
+        print(f"[kv] flash blocks in a flash-off context: max |dlogit| {diff:.4f}, argmax agreement {agree:.3f}")
+        assert diff < 0.5 and agree >= 0.9
+        _load_all(s, [K.decode_block(p) for p in payloads_on], [i * BLOCK for i in range(N_BLOCKS)])  # parsed: too
+        assert _compare(_probe_logits(s, probe, n), kv["ref"])[1] >= 0.9
+    finally:
+        flash.close()
+        s.clear()

@@ -73,7 +73,9 @@ def test_a_disarmed_capture_changes_no_logit_and_captures_nothing(bundled_model)
 
 @needs_patch
 def test_layered_with_every_block_visible_answers_as_kv_mode_whole(engine, shared_store):
-    """Same events, all visible in every layer: the same logits, so the same greedy answer, as plain kv mode."""
+    """Same events, all visible in every layer: the same greedy answer as plain kv mode. Layered runs with flash
+    attention on, kv mode with it off, so their logits differ by the two kernels' rounding (test_kv_memory.py
+    measures it on blocks); with flash attention off too the logits are identical (test_layer_visibility.py)."""
     ws = workspace_for(engine, shared_store.store_dir)
     with Store.open_existing(shared_store.store_dir) as st:
         got = ws.retrieve(st, TEXT_QUESTION, 2)
@@ -82,6 +84,8 @@ def test_layered_with_every_block_visible_answers_as_kv_mode_whole(engine, share
         for answerer, answer in ((ws.answerer("kv", st), plain), (ws.answerer("kv", st, layered=True), layered)):
             for _ in answerer.stream(TEXT_QUESTION, got, None, time.perf_counter(), answer, max_tokens=24):
                 pass
+        assert ws.answerer("kv", st, layered=True).session.flash_attn
+        assert not ws.answerer("kv", st).session.flash_attn
     ws.close()
     assert layered.layered.pool_blocks == len([r for r in got if r.n_tokens])
     assert set(layered.layered.visible_blocks) == {layered.layered.pool_blocks}

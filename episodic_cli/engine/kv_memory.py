@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import ctypes
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import llama_cpp as L
 import numpy as np
@@ -342,15 +342,24 @@ def decode_block(payload: bytes | bytearray | memoryview | np.ndarray, kind: str
 
 
 def state_blob_from_payload(payload: bytes | bytearray | memoryview | np.ndarray, v_scale: float = 1.0, *,
-                            kind: str | None = None) -> np.ndarray:
+                            kind: str | None = None, v_trans: bool | None = None) -> np.ndarray:
     """The state blob `load_block` takes, built by the native kernel straight from the payload's bytes (no
-    intermediate arrays): byte-identical to `build_state_blob(decode_block(payload, kind, v_scale))`, its reference."""
+    intermediate arrays): byte-identical to `build_state_blob(decode_block(payload, kind, v_scale))`, its reference.
+    `v_trans`: V's layout in the blob, which must be the destination context's (transposed unless flash attention
+    is on; `session_v_trans`); None keeps the layout the block was captured in. Payload rows are per cell either
+    way, so a block captured with flash attention off loads into a context with it on, and back."""
     buf, lay = _payload_layout(payload, kind)
     if lay.n_cells == 0:
         raise KVFormatError("a block needs at least one cell")
     positions, k_rows, v_rows = lay.sections(buf)
     return native.assemble_state_blob(lay.kind, positions, k_rows, v_rows, lay.n_layer, lay.n_cells, lay.n_embd_k,
-                                      lay.n_embd_v, lay.v_trans, lay.src_seq, lay.cell_seq, v_scale)
+                                      lay.n_embd_v, lay.v_trans if v_trans is None else v_trans, lay.src_seq,
+                                      lay.cell_seq, v_scale)
+
+
+def session_v_trans(session) -> bool:
+    """V's layout in `session`'s cache and state blobs: llama.cpp transposes V unless flash attention is on."""
+    return not getattr(session, "flash_attn", False)
 
 
 # ------------------------------------------------------------------------------------------------ the live cache
@@ -405,7 +414,10 @@ def load_block(session, block: bytes | bytearray | memoryview | np.ndarray | Par
         raise ValueError(f"sequence {dest_seq} ends at position {last}; the next block must start at {last + 1}, "
                          f"not {new_p0} (load blocks in position order)")
     _require_empty_staging(session, staging)
-    blob = build_state_blob(block) if isinstance(block, ParsedBlock) else block
+    if isinstance(block, ParsedBlock):
+        blob = build_state_blob(replace(block, v_trans=session_v_trans(session)))
+    else:
+        blob = block
     data = np.frombuffer(blob, dtype=np.uint8) if not isinstance(blob, np.ndarray) else blob.view(np.uint8)
     mem, ctx = session.memory, session.ctx
     try:

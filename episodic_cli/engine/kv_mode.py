@@ -33,7 +33,8 @@ from ..store.kv_tier import BlockCorruptError, StoredBlock, block_key
 from .answer import ANSWER_TOKENS, SYSTEM_PROMPT, Answer, clean_question, stream_into
 from .short_answer import SPAN_SEQUENCES
 from .kv_capture import BlockKeeper, read_cells
-from .kv_memory import KVFormatError, ParsedBlock, decode_block, encode_block, load_block, state_blob_from_payload
+from .kv_memory import (KVFormatError, ParsedBlock, decode_block, encode_block, load_block, session_v_trans,
+                        state_blob_from_payload)
 from .llama_backend import INGEST_BATCH, LlamaModel, LlamaSession
 from .retrieve import RetrievedEvent, owning_hit
 
@@ -233,7 +234,8 @@ class KVModeAnswerer:
         if pos + block.n_tokens + ANSWER_TOKENS > self.session.n_ctx:
             raise StoreError(TOO_BIG)
         try:
-            end = load_block(self.session, state_blob_from_payload(block.payload, part.v_scale), 0, pos)
+            blob = state_blob_from_payload(block.payload, part.v_scale, v_trans=session_v_trans(self.session))
+            end = load_block(self.session, blob, 0, pos)
         except KVFormatError as exc:
             self._discard(part, str(exc))
             return None

@@ -62,9 +62,13 @@ class LayeredReport:
 class LayeredAnswerer(KVModeAnswerer):
     """kv mode over a pool of blocks, each layer seeing the ones its query selects within `budget` tokens."""
 
-    def __init__(self, model: LlamaModel, n_ctx: int, keeper: BlockKeeper, budget: int, **kwargs):
+    def __init__(self, model: LlamaModel, n_ctx: int, keeper: BlockKeeper, budget: int, flash_attn: bool = True,
+                 **kwargs):
         """`budget`: tokens of the pool each layer sees. `anchors` (set before each answer, event ids): blocks every
-        layer sees first (retrieval's own choice), the rest of each layer's budget going to its query's choice."""
+        layer sees first (retrieval's own choice), the rest of each layer's budget going to its query's choice.
+        `flash_attn`: the context computes attention with llama.cpp's flash kernel, which skips hidden cells (with
+        it off, every pool cell is multiplied in every layer and hidden ones only masked: the pool's full cost)."""
+        self.flash_attn = flash_attn
         if not layer_visibility.available():
             raise RuntimeError("per-layer visibility needs epi's patched llama.cpp (engine/layer_visibility.py)")
         self.rope = keeper.rope
@@ -85,7 +89,7 @@ class LayeredAnswerer(KVModeAnswerer):
 
     def _new_session(self, n_ctx: int, n_threads: int | None) -> LlamaSession:
         return LlamaSession(self.model, n_ctx=n_ctx, n_threads=n_threads, n_seq_max=FIRST_BLOCK_SEQ + MAX_POOL,
-                            eval_callback=self.capture.callback)
+                            eval_callback=self.capture.callback, flash_attn=self.flash_attn)
 
     def stream(self, question, retrieved, history, started, answer, *args, **kwargs):
         if len(retrieved) > MAX_POOL:

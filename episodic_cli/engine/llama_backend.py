@@ -208,9 +208,10 @@ class LlamaSession:
     stored KV blocks only load into an identical setup), and a reusable token batch."""
 
     def __init__(self, model: LlamaModel, n_ctx: int, n_threads: int | None = None, n_seq_max: int = 2,
-                 eval_callback=None):
+                 eval_callback=None, flash_attn: bool = False):
         """`eval_callback`: a ggml_backend_sched_eval_callback watching the graph's nodes (query_capture.py); the
-        caller keeps it alive as long as the session."""
+        caller keeps it alive as long as the session. `flash_attn`: only for contexts whose blocks are assembled
+        with V untransposed (the layered answerer's; its hidden cells then cost nothing)."""
         self.model = model
         self.n_ctx = n_ctx
         self.n_seq_max = n_seq_max
@@ -224,7 +225,8 @@ class LlamaSession:
         params.n_threads = n_threads or generation_threads()  # --threads sets both
         params.n_threads_batch = n_threads or default_threads()
         params.kv_unified = True
-        params.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        self.flash_attn = flash_attn
+        params.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else L.LLAMA_FLASH_ATTN_TYPE_DISABLED
         params.type_k = L.GGML_TYPE_F16
         params.type_v = L.GGML_TYPE_F16
         self.ctx = L.llama_init_from_model(model.ptr, params)
