@@ -21,6 +21,7 @@ import pathspec
 
 from .document_text import Text, TextSpool, close_text, count_newlines
 from .errors import EpiError
+from .heap import release_free_memory
 
 # pypdf (strict=False) logs a warning for every repaired xref/object; with no handler configured Python's
 # last-resort handler would print those to stderr in the middle of the CLI's output. A NullHandler keeps them
@@ -487,6 +488,7 @@ def _decode_into(file, codec: str, refuse_nul: bool, spool: TextSpool, binary: S
         newlines += piece.count("\n")
         last = piece[-1:] or last
         spool.write(piece)
+        release_free_memory()  # the block's temporaries (several MB) would otherwise pile up as free heap (heap.py)
         if final:
             break
     if controls > max(8, n_decoded // 100):

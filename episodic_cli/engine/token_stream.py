@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .document_text import Text
+from .heap import release_free_memory
 from .segment import clean_cut_mask
 from .sliding_array import SlidingArray
 from .token_offsets import token_char_offsets
@@ -107,6 +108,8 @@ class DocumentTokens:
             self.chunks.append(Chunk(start, end, n))
             n += len(self._tokenize(self.chunks[-1]))
             start = end
+            if len(self.chunks) % 16 == 0:
+                release_free_memory()  # each chunk's token buffers would otherwise pile up as free heap (heap.py)
             if on_count is not None:
                 on_count(start, len(text))
         self.n = n
