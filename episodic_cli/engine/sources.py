@@ -457,6 +457,10 @@ class _NotThisCodec(Exception):
     """The file does not decode with the codec tried; the next one is tried."""
 
 
+class _Empty(Exception):
+    """Whitespace only."""
+
+
 def _decode_into(file, codec: str, refuse_nul: bool, spool: TextSpool, binary: SourceError) -> tuple[str, int]:
     """Decode the whole file with `codec` a block at a time into `spool`, newlines normalised (so that line numbers
     match an editor's); (the file's sha256, its number of lines). Raises `binary` for a binary file's marks."""
@@ -496,10 +500,6 @@ def _decode_into(file, codec: str, refuse_nul: bool, spool: TextSpool, binary: S
     if not has_text:
         raise _Empty
     return sha.hexdigest(), newlines + (0 if last == "\n" else 1)
-
-
-class _Empty(Exception):
-    """Whitespace only."""
 
 
 def load_document(path: Path, display_path: str | None = None, spool_dir: Path | None = None) -> SourceDocument:

@@ -426,8 +426,8 @@ class SectionIndex:
         open_: list[int] = []
         self.paths: list[list[Section]] = []  # paths[k]: the path over [bounds[k], bounds[k + 1])
         for x in self.bounds:
-            open_ = [i for i in open_ if sections[i].end > x] + opening.get(x, [])
-            open_ = [i for i in open_ if sections[i].end > x]  # an empty section opens and closes at once
+            # what is still open at x, and what opens there (an empty section opens and closes at once)
+            open_ = [i for i in open_ + opening.get(x, []) if sections[i].end > x]
             self.paths.append(sorted((sections[i] for i in sorted(open_)), key=lambda s: (s.level, s.start)))
 
     def __bool__(self) -> bool:
