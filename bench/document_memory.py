@@ -31,23 +31,14 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+from long_run import concatenated_sources  # noqa: E402
 EVENT_TOKENS = 256
 GROUP = 64  # events per checkpoint group: what the pass releases tokens behind
 
 
 def build_text(path: Path, n_chars: int) -> Path:
-    site = Path(sysconfig.get_paths()["purelib"])
-    parts, size = [], 0
-    for source in sorted(site.rglob("*.py")):
-        try:
-            text = source.read_text(encoding="utf-8")
-        except (UnicodeDecodeError, OSError):
-            continue
-        parts.append(f"# ===== {source.relative_to(site)} =====\n{text}\n")
-        size += len(parts[-1])
-        if size >= n_chars:
-            break
-    text = "".join(parts)[:n_chars]
+    text = concatenated_sources(Path(sysconfig.get_paths()["purelib"]), n_chars)
     path.write_text(text[: text.rfind("\n") + 1], encoding="utf-8")
     return path
 

@@ -24,12 +24,12 @@ import time
 from pathlib import Path
 
 
-def build_text(path: Path, tokens: int) -> None:
-    """About `tokens` tokens (4 characters a token is close for code and prose with the bundled tokenizer)."""
-    lib = Path(sysconfig.get_paths()["stdlib"])
-    want, parts, size = 4 * tokens, [], 0
+def concatenated_sources(lib: Path, n_chars: int, skip: tuple[str, ...] = ()) -> str:
+    """The Python modules under `lib` in sorted order, each after a `# ===== path =====` line, up to `n_chars`
+    characters (cut there); modules whose path has a part named in `skip` are left out."""
+    parts, size = [], 0
     for source in sorted(lib.rglob("*.py")):
-        if "test" in source.parts or "site-packages" in source.parts:
+        if any(part in source.parts for part in skip):
             continue
         try:
             text = source.read_text(encoding="utf-8")
@@ -37,9 +37,16 @@ def build_text(path: Path, tokens: int) -> None:
             continue
         parts.append(f"# ===== {source.relative_to(lib)} =====\n{text}\n")
         size += len(parts[-1])
-        if size >= want:
+        if size >= n_chars:
             break
-    path.write_text("".join(parts)[:want], encoding="utf-8")
+    return "".join(parts)[:n_chars]
+
+
+def build_text(path: Path, tokens: int) -> None:
+    """About `tokens` tokens (4 characters a token is close for code and prose with the bundled tokenizer): the
+    standard library's modules, tests and installed packages left out."""
+    lib = Path(sysconfig.get_paths()["stdlib"])
+    path.write_text(concatenated_sources(lib, 4 * tokens, skip=("test", "site-packages")), encoding="utf-8")
 
 
 def committed_tokens(store: Path) -> int:
