@@ -10,12 +10,14 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from conftest import TEXT_QUESTION, assert_one_line_error, workspace_for
+from conftest import TEXT_QUESTION, assert_one_line_error, license_text, tier_block_paths, workspace_for
 from episodic_cli.app import app
 from episodic_cli.engine import layer_visibility
 from episodic_cli.engine.answer import Answer
 from episodic_cli.engine.errors import EpiError
 from episodic_cli.engine.event_keys import rope_params, unrotated_keys
+from episodic_cli.engine.kv_memory import capture_block, load_block
+from episodic_cli.engine.layered import LayeredAnswerer, lane_places
 from episodic_cli.engine.llama_backend import LlamaSession
 from episodic_cli.engine.query_capture import QueryCapture
 from episodic_cli.store import Store
@@ -114,8 +116,8 @@ def test_each_layer_sees_at_most_its_budget_and_the_question_still_answers(engin
 
 @needs_patch
 def test_a_follow_up_with_a_smaller_pool_leaves_no_cell_in_the_old_block_sequences(engine, shared_store):
-    """Chat: the second question's pool is smaller; every block sequence past it must be empty (a cell left in one
-    would stay allocated, and a later pool could hide or show it by mistake)."""
+    """Chat: the second question's pool is smaller; every block sequence it does not use must be empty (a cell left
+    in one would stay allocated, and a later pool could hide or show it by mistake)."""
     import llama_cpp as L
 
     from episodic_cli.engine.layered import FIRST_BLOCK_SEQ, MAX_POOL
@@ -131,10 +133,127 @@ def test_a_follow_up_with_a_smaller_pool_leaves_no_cell_in_the_old_block_sequenc
                                  time.perf_counter(), second, max_tokens=2):
             pass
         memory = answerer.session.memory
-        used = [L.llama_memory_seq_pos_max(memory, FIRST_BLOCK_SEQ + i) >= 0 for i in range(MAX_POOL)]
+        used = sum(L.llama_memory_seq_pos_max(memory, FIRST_BLOCK_SEQ + i) >= 0 for i in range(MAX_POOL))
     ws.close()
     assert first.layered.pool_blocks > second.layered.pool_blocks == 1
-    assert used == [True] + [False] * (MAX_POOL - 1)
+    assert used == 1
+
+
+def test_lanes_pack_blocks_back_from_the_question_and_share_positions_only_beyond_the_window():
+    first, span = 100, 1000
+    assert lane_places([300, 200, 400], first, 900) == [100, 400, 600]  # span = the pool: in order, as kv mode
+    assert lane_places([300, 200, 400], first, span) == [200, 500, 700]  # a wider span: moved up to the question
+    sizes = [250, 400, 300, 500, 450, 100]
+    places = lane_places(sizes, first, span)
+    assert places == [450, 700, 300, 600, 550, 1000]
+    ends = [p + n for p, n in zip(places, sizes)]
+    assert all(first <= p and e <= first + span for p, e in zip(places, ends))
+    assert ends[-1] == first + span  # the best block ends right before the question
+    for i in range(len(sizes) - 1):  # each block runs into the next one, or ends its lane right before the question
+        assert ends[i] == places[i + 1] or ends[i] == first + span
+    lanes = 1 + sum(ends[i] != places[i + 1] for i in range(len(sizes) - 1))
+    assert lanes == 3  # 100+450 | 500+300 | 400+250, packed from the back
+    with pytest.raises(ValueError):
+        lane_places([1001], first, span)
+
+
+@needs_patch
+def test_blocks_sharing_positions_hidden_in_every_layer_are_exactly_absent(bundled_model):
+    """Two blocks at the same positions (two lanes), each in a sequence of its own and in sequence 0: hiding one in
+    every layer gives exactly (max abs diff 0.0) the logits of the other loaded alone at those positions, with flash
+    attention on as the layered context runs it: llama.cpp keeps cells of equal positions apart, and the question
+    follows the highest position. With both shown, both count (the logits differ from either alone)."""
+    import llama_cpp as L
+
+    text = bundled_model.tokenize(license_text())
+    sink, a, b = text[:16], text[300:348], text[900:948]
+    question = bundled_model.tokenize(" Question: what does the license say about patents? Answer:")
+    session = LlamaSession(bundled_model, n_ctx=512, n_seq_max=5, flash_attn=True)
+    s = len(sink)
+    blobs = []
+    for block in (a, b):  # each block computed behind the sink alone, then captured
+        session.clear()
+        session.prefill(sink, 0)
+        session.prefill(block, s)
+        blobs.append(capture_block(session, 0, s, s + len(block)))
+
+    def logits(loaded: list[int], hidden: list[int]) -> np.ndarray:
+        session.clear()
+        session.prefill(sink, 0)
+        for i in loaded:
+            load_block(session, blobs[i], 2 + i, s)
+            L.llama_memory_seq_cp(session.memory, 2 + i, 0, -1, -1)
+        layer_visibility.set_hidden_seqs(session.ctx, -1, [2 + i for i in hidden])
+        try:
+            session.prefill(question, s + len(a))
+            return session.last_logits().copy()
+        finally:
+            layer_visibility.clear(session.ctx)
+
+    alone_a, alone_b = logits([0], []), logits([1], [])
+    both_hide_b, both_hide_a, both = logits([0, 1], [1]), logits([0, 1], [0]), logits([0, 1], [])
+    session.close()
+    assert np.abs(both_hide_b - alone_a).max() == 0.0
+    assert np.abs(both_hide_a - alone_b).max() == 0.0
+    assert np.abs(both - alone_a).max() > 0.1 and np.abs(both - alone_b).max() > 0.1
+
+
+def lanes_answerer(ws, st, window: int = 1536, budget: int = 600) -> LayeredAnswerer:
+    """A layered answerer whose answer context is small, so the shared store's pool (~3.5k tokens) needs lanes."""
+    return LayeredAnswerer(ws.model, window, ws.block_keeper(st), budget, pool_tokens=6000, n_threads=ws.threads)
+
+
+@needs_patch
+def test_a_pool_larger_than_the_window_is_laid_in_lanes_below_it_and_answers(engine, shared_store):
+    """More blocks than the answer context's positions hold: they are loaded in lanes sharing positions, every
+    position stays below the window (the model's trained length), each layer sees at most its budget, the answer
+    is the model's own; asking again keeps every block where it was (chat) and answers the same."""
+    import llama_cpp as L
+
+    ws = workspace_for(engine, shared_store.store_dir)
+    with Store.open_existing(shared_store.store_dir) as st:
+        got = ws.retrieve(st, TEXT_QUESTION, 20, pool=True)
+        answerer = lanes_answerer(ws, st)
+        first, again = Answer(), Answer()
+        for answer in (first, again):
+            for _ in answerer.stream(TEXT_QUESTION, got, None, time.perf_counter(), answer, max_tokens=16):
+                pass
+        last_position = L.llama_memory_seq_pos_max(answerer.session.memory, 0)
+        answerer.close()
+    ws.close()
+    report = first.layered
+    assert report.pool_tokens > 1536 and report.lanes >= 3
+    assert last_position < 1536
+    assert max(report.visible_tokens) <= 600 and min(report.visible_blocks) >= 1
+    assert first.text.strip() and again.text == first.text
+    assert first.kv_loaded_tokens == report.pool_tokens and first.reused_tokens == 0
+    assert again.reused_tokens == report.pool_tokens and again.kv_loaded_tokens == 0
+
+
+@needs_patch
+def test_cold_pool_blocks_are_prepared_in_their_lanes_and_kept_for_the_next_answer(engine, shared_store, tmp_path):
+    """A tier that lost its blocks: the layered pool prepares each event from its text (behind the sink, in its own
+    sequence), offers it to the tier, and the next answer loads every one of them."""
+    import shutil
+
+    store_dir = tmp_path / "cold"
+    shutil.copytree(shared_store.store_dir, store_dir)
+    for path in tier_block_paths(store_dir):
+        path.unlink()
+    ws = workspace_for(engine, store_dir)
+    with Store.open_existing(store_dir) as st:
+        got = ws.retrieve(st, TEXT_QUESTION, 20, pool=True)
+        first, second = Answer(), Answer()
+        for answer in (first, second):
+            answerer = lanes_answerer(ws, st)
+            for _ in answerer.stream(TEXT_QUESTION, got, None, time.perf_counter(), answer, max_tokens=8):
+                pass
+            answerer.close()
+    ws.close()
+    assert first.layered.lanes >= 3
+    assert first.kv_loaded_tokens == 0 and first.kv_prefilled_tokens == first.layered.pool_tokens
+    assert second.kv_prefilled_tokens == 0 and second.kv_loaded_tokens == first.layered.pool_tokens
+    assert first.text.strip() and second.text.strip()
 
 
 @needs_patch

@@ -28,6 +28,7 @@ SYSTEM_PROMPT = (
     "Answer briefly. If the sources do not contain the answer, say that the documents do not say."
 )
 ANSWER_TOKENS = 256
+QUESTION_ROOM = 768  # positions an answer context keeps for the question part (and chat history) after the sources
 # After a short answer, one sentence: it ends at . ! ? before whitespace, or at a line end (a line break right after
 # the span ends the answer: what follows is the model starting a new "Question:" of its own).
 _SENTENCE_DONE_RE = re.compile(r"^[ \t]*\n|\S[^\n]*?[.!?]\s|\S[^\n]*\n")

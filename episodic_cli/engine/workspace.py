@@ -12,7 +12,7 @@ from functools import cached_property
 from pathlib import Path
 
 from ..store import Store, StoreIdentity
-from .answer import ANSWER_TOKENS, Answer, TextModeAnswerer
+from .answer import ANSWER_TOKENS, QUESTION_ROOM, Answer, TextModeAnswerer
 from .embedder import EMBED_DIM, EMBEDDER_NAME, Embedder
 from .errors import EpiError
 from .evidence import Support, support
@@ -42,7 +42,7 @@ LAYER_BUDGET = EVIDENCE_BUDGET  # tokens of the pool each layer sees in a layere
 # set and better on one (kv 38 -> 39 of 94), and found one more code answer (codebases 31 -> 32 of 35); the answer
 # still reads only the 2 best sentences, so more hits cost retrieval milliseconds, not decoding (docs/evaluation.md).
 DEFAULT_K = 5
-LAYERED_POOL_K = 12  # hits in a layered answer's pool (before neighbours; at most the answer context's room)
+LAYERED_POOL_K = 12  # hits in a layered pool per answer context's room of it (before neighbours)
 LAYERED_UNAVAILABLE = ("--layered needs epi's patched llama.cpp, and this llama-cpp-python lacks the patch: run "
                        "./install.sh from epi's source folder (`epi doctor` says whether the patch is in)")
 MAX_EVENT_TOKENS = 1024  # the ingest context grows with it (ingest.ingest_context): an undecided event stays in it
@@ -109,6 +109,9 @@ class Workspace:
         self.warn = warn or (lambda message: None)
         self.on_prepare = on_prepare  # kv mode: progress of events prepared from text (cold)
         self._answerers: dict[str, TextModeAnswerer | KVModeAnswerer] = {}
+        # --layered: tokens of retrieved blocks in the pool (0: what the answer context holds, laid out in order;
+        # more: lanes sharing positions, engine/layered.py, each layer still seeing LAYER_BUDGET of them)
+        self.layered_pool = 0
 
     @cached_property
     def prepared(self) -> PreparedModel:
@@ -180,12 +183,13 @@ class Workspace:
                 raise EpiError("--layered selects KV blocks per layer, so it needs kv mode (a store with KV blocks)")
             if not layer_visibility.available():
                 raise EpiError(LAYERED_UNAVAILABLE)
-        key = "kv-layered" if layered else mode
+        key = f"kv-layered-{self.pool_tokens()}" if layered else mode
         if key not in self._answerers:
             n_ctx = self.answer_context
             if layered:
                 self._answerers[key] = LayeredAnswerer(self.model, n_ctx, self.block_keeper(store), LAYER_BUDGET,
-                                                       n_threads=self.threads, warn=self.warn,
+                                                       pool_tokens=self.pool_tokens(), n_threads=self.threads,
+                                                       warn=self.warn,
                                                        sink_dir=cache_dir() / "kv-sinks", on_prepare=self.on_prepare)
             elif mode == "kv":
                 if store is None:
@@ -203,6 +207,14 @@ class Workspace:
         allow (engine/scope.py)."""
         return resolve_scope(store, parse_scope(question), docs)
 
+    def room(self) -> int:
+        """Tokens of sources the answer context holds in order, beside the question and the answer."""
+        return self.answer_context - ANSWER_TOKENS - QUESTION_ROOM
+
+    def pool_tokens(self) -> int:
+        """Tokens of blocks in a layered answer's pool."""
+        return max(self.layered_pool, self.room())
+
     def retrieve(self, store: Store, question: str, k: int, neighbours: int = 1, docs: list[str] | None = None,
                  scope: Restriction | None = None, pool: bool = False) -> list[RetrievedEvent]:
         """The events an answer reads; `pool`: as many as the answer context holds (a layered answer's pool)."""
@@ -211,8 +223,7 @@ class Workspace:
         scope = scope or self.scope(store, question, docs)
         text = scope.query or question  # inside "chapter 3", search for the rest of the question
         query = self.embedder.embed_query(text)
-        room = self.answer_context - ANSWER_TOKENS - 768
-        budget = room if pool else min(EVIDENCE_BUDGET, room)
+        budget = self.pool_tokens() if pool else min(EVIDENCE_BUDGET, self.room())
         found = retrieve(store, query, text, k, neighbours, token_budget=budget, allowed=scope.allowed,
                          boosted=scope.boosted)
         for r in found:
@@ -254,8 +265,9 @@ class Workspace:
         retrieved = relevance_order(self.retrieve(store, search, k, neighbours, scope=scope))  # the order read
         anchors = {r.event.id for r in retrieved}
         if layered:  # a pool of whole blocks; each layer picks its own (narrowing would leave no blocks to pick)
-            retrieved = relevance_order(self.retrieve(store, search, max(k, LAYERED_POOL_K), neighbours,
-                                                      scope=scope, pool=True))[-MAX_POOL:]  # best last: keep those
+            hits = max(k, LAYERED_POOL_K * self.pool_tokens() // self.room())  # as many hits per window's worth
+            retrieved = relevance_order(self.retrieve(store, search, hits, neighbours, scope=scope,
+                                                      pool=True))[-MAX_POOL:]  # best last: keep those
             narrow = False
         answer = Answer()
         answer.timings.retrieve_s = time.perf_counter() - started
