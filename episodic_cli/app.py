@@ -49,6 +49,7 @@ EpmanOpt = Annotated[bool, typer.Option("--epman", help="kv mode: weight each re
 DocOpt = Annotated[Optional[list[str]], typer.Option("--doc", "-d", help="Answer only from documents matching this glob (their path as `epi ls` shows it, or its file name: `--doc book.pdf`, `--doc 'src/*.py'`); repeat it for more.", show_default=False)]
 ShortOpt = Annotated[bool, typer.Option("--short/--no-short", help="A question asking for a fact (which, what, who, where, when, how many) is answered with the span of the evidence the model finds likeliest first (a name, number, identifier, option), then one sentence. --no-short: the model's own words only.")]
 LayeredOpt = Annotated[bool, typer.Option("--layered", help="kv mode: load a larger pool of retrieved blocks and let each model layer attend only to the blocks its own query selects (EM-LLM/InfLLM; needs epi's patched llama.cpp, see `epi doctor`). Reads blocks whole.")]
+PoolOpt = Annotated[Optional[int], typer.Option("--pool", min=1000, max=48000, help="With --layered: tokens of retrieved blocks in the pool (default: what the answer context holds, ~7,000). A larger pool consults more of the archive: its blocks share positions in lanes (InfLLM), each layer still seeing 3,072 tokens of them; it costs memory (~23 KB a token with the bundled model) and loading time.", show_default=False)]
 KVBudgetOpt = Annotated[Optional[str], typer.Option("--kv-budget", help="Disk the store may use for KV blocks, all models together (e.g. `500MB`, `20GB`, `0`); kept in the store. Default 10GB.", show_default=False)]
 
 _SIZE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
@@ -170,6 +171,11 @@ def check_doc_globs(st: Store, globs: list[str] | None) -> None:
         raise EpiError(f"--doc {' '.join(globs)} matches no document in the store; `epi ls` lists them")
 
 
+def check_pool(pool: int | None, layered: bool) -> None:
+    if pool is not None and not layered:
+        raise EpiError("--pool sizes the pool of --layered answers; add --layered, or leave --pool out")
+
+
 def nothing_to_ingest(skipped: list[Skipped]) -> str:
     if not skipped:
         return "nothing to ingest: no readable files under the given paths"
@@ -190,6 +196,7 @@ def ask(
     whole: Annotated[bool, typer.Option("--whole", help="Read the retrieved events whole (kv mode: their stored KV blocks) instead of only the sentences that match the question best.")] = False,
     short: ShortOpt = True,
     layered: LayeredOpt = False,
+    pool: PoolOpt = None,
     store: StoreOpt = None,
     model: ModelOpt = None,
     threads: ThreadsOpt = None,
@@ -205,7 +212,9 @@ def ask(
     if mode is not None and mode not in MODES:
         raise EpiError(f"unknown --mode {mode!r}: use text or kv")
     check_question_length(question)  # before any loading: a pasted page is refused at once
+    check_pool(pool, layered)
     ws = Workspace(model, store, threads, warn=render.warning, on_prepare=render.prepare_progress(quiet=as_json))
+    ws.layered_pool = pool or 0
     with Store.open_existing(ws.store_dir) as st:
         check_doc_globs(st, doc)  # a typo fails before the model loads
         with render.status("loading model", quiet=as_json):
@@ -236,6 +245,7 @@ def chat(
     doc: DocOpt = None,
     short: ShortOpt = True,
     layered: LayeredOpt = False,
+    pool: PoolOpt = None,
     store: StoreOpt = None,
     model: ModelOpt = None,
     threads: ThreadsOpt = None,
@@ -244,7 +254,9 @@ def chat(
     restricts the documents, like `--doc`)."""
     from .repl import run_repl
 
+    check_pool(pool, layered)
     ws = Workspace(model, store, threads, warn=render.warning, on_prepare=render.prepare_progress())
+    ws.layered_pool = pool or 0
     with Store.open_existing(ws.store_dir) as st:
         check_doc_globs(st, doc)
         with render.status("loading model"):

@@ -269,6 +269,22 @@ def test_ask_layered_json_reports_the_pool_and_each_layer(shared_store, monkeypa
     assert out["narrowed"] is False and out["kv_loaded_tokens"] + out["kv_prefilled_tokens"] > 0
 
 
+@needs_patch
+def test_ask_layered_pool_sets_the_pool_size(shared_store, monkeypatch):
+    monkeypatch.setenv("EPI_HOME", str(shared_store.home))
+    result = runner.invoke(app, ["ask", TEXT_QUESTION, "--store", str(shared_store.store_dir), "--layered",
+                                 "--pool", "1200", "--json"])
+    assert result.exit_code == 0, result.output
+    layered = json.loads(result.stdout)["layered"]
+    assert 0 < layered["pool_tokens"] <= 1200 and layered["lanes"] == 1
+
+
+def test_ask_pool_without_layered_says_what_to_do(shared_store, monkeypatch):
+    monkeypatch.setenv("EPI_HOME", str(shared_store.home))
+    result = runner.invoke(app, ["ask", TEXT_QUESTION, "--store", str(shared_store.store_dir), "--pool", "20000"])
+    assert_one_line_error(result, "--pool", "--layered")
+
+
 def test_ask_layered_without_the_patch_says_what_to_do(shared_store, monkeypatch):
     monkeypatch.setenv("EPI_HOME", str(shared_store.home))
     monkeypatch.setattr(layer_visibility, "available", lambda: False)  # failure injection: an unpatched build

@@ -213,7 +213,7 @@ class Workspace:
 
     def pool_tokens(self) -> int:
         """Tokens of blocks in a layered answer's pool."""
-        return max(self.layered_pool, self.room())
+        return self.layered_pool or self.room()
 
     def retrieve(self, store: Store, question: str, k: int, neighbours: int = 1, docs: list[str] | None = None,
                  scope: Restriction | None = None, pool: bool = False) -> list[RetrievedEvent]:
