@@ -7,7 +7,9 @@ Every question is asked in four conditions, one after another on the same store:
 - `pool-whole`  the layered pool (12 hits + neighbours, up to the answer context) loaded, every layer sees all of it:
                 what a larger pool alone does, and the cost baseline for the selection (same cells, no masks);
 - `layered`     the same pool; every layer sees kv-whole's events first, then the pool blocks its own question query
-                selects (engine/layered.py), LAYER_BUDGET tokens in all (kv mode's cap).
+                selects (engine/layered.py), LAYER_BUDGET tokens in all (kv mode's cap);
+- `layered-wide` as `layered` over a pool WIDE_POOL times larger (~21k tokens) than the answer context holds, laid
+                out in lanes that share positions (InfLLM's memory beyond the window): what a larger pool adds.
 Scores: contains-match of the gold answer; `src` = the gold excerpt lies inside the events read (the pool for the
 two pool conditions); `sel` = for layered, the share of layers whose visible blocks hold the gold excerpt (among
 questions whose pool holds it). Cost: first token (s) and decode speed (tokens/s after the first), medians.
@@ -20,7 +22,6 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -30,15 +31,19 @@ from eval import ask_once, covers, load_average, score_answer, squash  # noqa: E
 from heldout import ingest, load_sets, resolve, stale_questions  # noqa: E402
 
 from episodic_cli.engine.paths import cache_dir  # noqa: E402
+from episodic_cli.engine.sources import file_sha256  # noqa: E402
+from episodic_cli.store import Store, StoreError  # noqa: E402
 from episodic_cli.engine.workspace import LAYER_BUDGET, Workspace  # noqa: E402
 
 ANSWER_MAX_TOKENS = 48
-CONDITIONS = ("kv", "kv-whole", "pool-whole", "layered")
+CONDITIONS = ("kv", "kv-whole", "pool-whole", "layered", "layered-wide")
+WIDE_POOL = 3  # layered-wide's pool, in answer contexts' room
 NEEDLE_DEPTHS = [0.1, 0.3, 0.5, 0.7, 0.9]
 
 
 def ask(ws: Workspace, store, question: str, answer: str, gold: str, condition: str) -> dict:
-    layered = condition in ("pool-whole", "layered")
+    layered = condition in ("pool-whole", "layered", "layered-wide")
+    ws.layered_pool = WIDE_POOL * ws.room() if condition == "layered-wide" else 0
     if layered:  # the pool's blocks all visible, or each layer's own choice
         ws.answerer("kv", store, layered=True).budget = 10**9 if condition == "pool-whole" else LAYER_BUDGET
     warnings: list[str] = []
@@ -71,7 +76,7 @@ def run_store(name: str, ws: Workspace, questions: list[dict], log, limit: int |
                 row = ask(ws, store, q["question"], q["answer"], q["gold_text"], condition)
                 row.update(set=name, qid=q["qid"])
                 rows.append(row)
-                log(f"  {q['qid']:<18} {condition:<10} {row['contains']:.0f} src={row['source_recall']:.0f} "
+                log(f"  {q['qid']:<18} {condition:<12} {row['contains']:.0f} src={row['source_recall']:.0f} "
                     f"sel={row.get('selected_share', float('nan')):.2f} ttft={row['first_token_s']:.2f}s "
                     f"{squash(row['answer'])[:50]!r}")
     finally:
@@ -83,23 +88,41 @@ def needle_set(length: int, folder: Path) -> tuple[Path, list[dict]]:
     gs = gen.needle_document(length, NEEDLE_DEPTHS, seed=11, nith=False)
     (name, text), = gs.documents.items()
     path = folder / name
-    path.write_text(text, encoding="utf-8")
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        folder.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
     return path, [{"qid": q.qid, "question": q.question, "answer": q.answer, "gold_text": q.gold_text}
                   for q in gs.questions]
 
 
+def holds(ws: Workspace, path: Path) -> bool:
+    """Whether the store already holds this haystack, whatever path it was ingested from (earlier runs wrote it to
+    a temporary folder): ingesting it again under the new path would put it in the store twice."""
+    try:
+        store = Store.open_existing(ws.store_dir)
+    except StoreError:  # no store yet
+        return False
+    sha = file_sha256(path)
+    with store:
+        return any(d.content_sha256 == sha and not d.partial for d in store.documents())
+
+
 def summary(rows: list[dict]) -> list[str]:
-    lines = ["| set | n | " + " | ".join(f"{c}: right / src" for c in CONDITIONS) + " | layered sel | first token "
-             + " / ".join(CONDITIONS) + " (s) | decode tok/s " + " / ".join(CONDITIONS) + " |",
-             "|---|---|" + "---|" * len(CONDITIONS) + "---|---|---|"]
+    selecting = ("layered", "layered-wide")
+    lines = ["| set | n | " + " | ".join(f"{c}: right / src" for c in CONDITIONS) + " | pool tokens "
+             + " / ".join(selecting) + " | sel " + " / ".join(selecting) + " | first token " + " / ".join(CONDITIONS)
+             + " (s) | decode tok/s " + " / ".join(CONDITIONS) + " |",
+             "|---|---|" + "---|" * len(CONDITIONS) + "---|---|---|---|"]
     for name in dict.fromkeys(r["set"] for r in rows):
         by = {c: [r for r in rows if r["set"] == name and r["condition"] == c] for c in CONDITIONS}
         n = len(by["kv"])
         cells = [f"{sum(r['contains'] for r in by[c]):.0f} / {sum(r['source_recall'] for r in by[c]):.0f}"
                  for c in CONDITIONS]
-        sel = [r["selected_share"] for r in by["layered"] if "selected_share" in r]
         med = lambda xs: f"{statistics.median(xs):.2f}" if xs else "-"  # noqa: E731
-        lines.append(f"| {name} | {n} | " + " | ".join(cells) + f" | {med(sel)} | "
+        pools = " / ".join(f"{statistics.median(xs):.0f}" if xs else "-" for xs in (
+            [r["layered"]["pool_tokens"] for r in by[c] if r.get("layered")] for c in selecting))
+        sel = " / ".join(med([r["selected_share"] for r in by[c] if "selected_share" in r]) for c in selecting)
+        lines.append(f"| {name} | {n} | " + " | ".join(cells) + f" | {pools} | {sel} | "
                      + " / ".join(med([r["first_token_s"] for r in by[c]]) for c in CONDITIONS) + " | "
                      + " / ".join(med([r["decode_tps"] for r in by[c] if r["decode_tps"]]) for c in CONDITIONS)
                      + " |")
@@ -133,13 +156,14 @@ def main(argv: list[str] | None = None) -> int:
         ingest(ws, paths, log)
         rows += run_store(spec["set"], ws, spec["questions"], log, args.limit)
         ws.close()
-    with tempfile.TemporaryDirectory() as tmp:
-        for length in args.needles:
-            path, questions = needle_set(length, Path(tmp))
-            ws = Workspace(store=str(args.stores / f"needle-{length}"), threads=args.threads)
+    for length in args.needles:
+        # the haystack is kept beside its store (same path, same bytes each run), so a second run reuses the store
+        path, questions = needle_set(length, args.stores / "haystacks")
+        ws = Workspace(store=str(args.stores / f"needle-{length}"), threads=args.threads)
+        if not holds(ws, path):
             ingest(ws, [path], log)
-            rows += run_store(f"needle-{length}", ws, questions, log, args.limit)
-            ws.close()
+        rows += run_store(f"needle-{length}", ws, questions, log, args.limit)
+        ws.close()
     if not rows:
         log("nothing was asked; nothing written")
         return 1
