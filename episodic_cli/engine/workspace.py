@@ -230,6 +230,12 @@ class Workspace:
             r.cited_section = scope.cited_section(r.section) if scope.places else None
         return found
 
+    def pool(self, store: Store, search: str, k: int, neighbours: int, scope: Restriction) -> list[RetrievedEvent]:
+        """A layered answer's pool, in the order it is read (best last): LAYERED_POOL_K hits (at least `k`) per answer
+        context's room of it, with their neighbours, up to pool_tokens() and MAX_POOL events."""
+        hits = max(k, LAYERED_POOL_K * self.pool_tokens() // self.room())
+        return relevance_order(self.retrieve(store, search, hits, neighbours, scope=scope, pool=True))[-MAX_POOL:]
+
     def ask(
         self,
         store: Store,
@@ -265,9 +271,7 @@ class Workspace:
         retrieved = relevance_order(self.retrieve(store, search, k, neighbours, scope=scope))  # the order read
         anchors = {r.event.id for r in retrieved}
         if layered:  # a pool of whole blocks; each layer picks its own (narrowing would leave no blocks to pick)
-            hits = max(k, LAYERED_POOL_K * self.pool_tokens() // self.room())  # as many hits per window's worth
-            retrieved = relevance_order(self.retrieve(store, search, hits, neighbours, scope=scope,
-                                                      pool=True))[-MAX_POOL:]  # best last: keep those
+            retrieved = self.pool(store, search, k, neighbours, scope)
             narrow = False
         answer = Answer()
         answer.timings.retrieve_s = time.perf_counter() - started
