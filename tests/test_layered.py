@@ -227,7 +227,7 @@ def test_a_pool_larger_than_the_window_is_laid_in_lanes_below_it_and_answers(eng
     assert max(report.visible_tokens) <= 600 and min(report.visible_blocks) >= 1
     assert first.text.strip() and again.text == first.text
     assert first.kv_loaded_tokens == report.pool_tokens and first.reused_tokens == 0
-    assert again.reused_tokens == report.pool_tokens and again.kv_loaded_tokens == 0
+    assert again.kv_loaded_tokens == 0 and again.reused_tokens > report.pool_tokens  # the blocks, and the sink
 
 
 @needs_patch

@@ -10,19 +10,21 @@ keys its question query matches best, within a token budget per layer:
 2. Positions (`lane_places`): a pool that fits the answer context is laid out in order, as kv mode lays out its
    blocks. A larger pool (`pool_tokens`, InfLLM's memory beyond the window) is laid out in lanes that share
    positions: each lane is a run of blocks in prompt order ending just before the question, so every block keeps
-   its own token order and sits as close to the question as kv mode would put it, and no position passes the
-   window the model was trained on; the cells beyond the window cost memory (the context has room for them), and
-   with flash attention the cells a layer hides cost it almost nothing.
-3. Probe: the question part is decoded once with every block visible while query_capture reads each layer's
-   queries; their mean (rotation undone, as the stored representative keys are) scores every block in every layer
-   (native.block_scores) and each layer keeps the best blocks that fit its budget (native.select_blocks).
+   its own token order and no position passes the window the model was trained on. The cells beyond the window
+   cost memory (the context is made with room for them) and, with flash attention, little time in a layer that
+   hides them.
+3. Probe: the question part is decoded once with retrieval's own events visible (the anchors: kv mode's hits and
+   neighbours, which every layer sees first; the whole pool when none is in it) while query_capture reads each
+   layer's queries; their mean (rotation undone, as the stored representative keys are) scores every block in
+   every layer (native.block_scores) and each layer keeps the best blocks that fit its budget
+   (native.select_blocks).
 4. The probe's cells are removed, each layer's hidden blocks are set (layer_visibility: epi's llama.cpp patch), and
    the question is decoded again; the answer is generated under the same per-layer visibility.
 
 A difference from EM-LLM, where selection happens inside the forward pass: the probe's queries of a layer were
-computed while the layers below it saw every block, not only the ones they will see (one probe per question; the
-question is a few dozen tokens, so the probe costs one short prefill). And where InfLLM gives all retrieved memory
-one position, lanes keep each block's own order and its distance to the question.
+computed while the layers below it saw the anchors only, not the blocks they will select (one probe per question;
+the question is a few dozen tokens, so the probe costs one short prefill). And where InfLLM gives all retrieved memory
+one position, lanes keep each block's own token order and end right before the question.
 """
 from __future__ import annotations
 
@@ -156,7 +158,7 @@ class LayeredAnswerer(KVModeAnswerer):
             return
         t0 = time.perf_counter()
         sink, events, tail = parts[0], parts[1:-1], parts[-1]
-        first = self._sink_in_place(sink)
+        first = self._sink_in_place(sink, answer)
         stored = {id(p): self._read(p) for p in events}
         for p in events:
             if stored[id(p)] is not None:
@@ -165,7 +167,7 @@ class LayeredAnswerer(KVModeAnswerer):
         sizes = [stored[id(p)].n_tokens if stored[id(p)] is not None else len(cold[id(p)]) for p in events]
         present = [(p, n) for p, n in zip(events, sizes) if n]  # an event of no tokens has no block
         span = min(sum(n for _, n in present), self.window - first - max(QUESTION_ROOM, len(tail.tokens)) - max_tokens)
-        if span <= 0 or any(n > span for _, n in present):
+        if span < 0 or any(n > span for _, n in present):
             raise StoreError(TOO_BIG)
         places = lane_places([n for _, n in present], first, span)
         question_pos = first + span
@@ -184,11 +186,12 @@ class LayeredAnswerer(KVModeAnswerer):
 
     # -- assembly ---------------------------------------------------------------------------------------------
 
-    def _sink_in_place(self, sink: _Part) -> int:
+    def _sink_in_place(self, sink: _Part, answer: Answer) -> int:
         """Sequence 0 holds the sink and nothing else afterwards; returns its length."""
         memory = self.session.memory
         if self._layout[:1] == [(sink.key, len(sink.tokens))]:
             L.llama_memory_seq_rm(memory, 0, len(sink.tokens), -1)
+            answer.reused_tokens += len(sink.tokens)
         else:
             self._drop_blocks(set())
             L.llama_memory_seq_rm(memory, 0, -1, -1)
@@ -285,12 +288,20 @@ class LayeredAnswerer(KVModeAnswerer):
 
     def _decode_question(self, part: _Part, pos: int) -> int:
         pool = self._blocks
+        if not pool:  # only events of no tokens were retrieved: nothing to select
+            return self.session.prefill(part.tokens, pos)
         t0 = time.perf_counter()
+        # The probe shows every layer retrieval's own events (which every layer will see), not the whole pool: the
+        # queries are then formed in the context the answer keeps, and with flash attention the rest costs nothing.
+        others = [b.seq for b in pool if b.event_id not in self.anchors]
+        if len(others) < len(pool):
+            layer_visibility.set_hidden_seqs(self.session.ctx, -1, others)
         self.capture.arm()
         try:
             self.session.prefill(part.tokens, pos)
         finally:
             self.capture.disarm()
+            layer_visibility.clear(self.session.ctx)
         queries = self.capture.queries()
         if queries.shape[1] != len(part.tokens):
             raise EpiError(f"--layered read {queries.shape[1]} query rows for {len(part.tokens)} question tokens from "
