@@ -170,12 +170,12 @@ class LayeredAnswerer(KVModeAnswerer):
         if span < 0 or any(n > span for _, n in present):
             raise StoreError(TOO_BIG)
         places = lane_places([n for _, n in present], first, span)
-        question_pos = first + span
+        self._assemble(present, places, stored, cold, first, answer)
+        question_pos = max([first + span] + [b.p1 for b in self._blocks])  # a re-prepared block may have grown
         if question_pos + len(tail.tokens) + max_tokens > self.window:
             raise StoreError(TOO_BIG)
-        self._assemble(present, places, stored, cold, first, answer)
         pos = self._decode_question(tail, question_pos)
-        answer.prompt_tokens = first + sum(n for _, n in present) + len(tail.tokens)
+        answer.prompt_tokens = first + sum(b.p1 - b.p0 for b in self._blocks) + len(tail.tokens)
         answer.timings.prefill_s = time.perf_counter() - t0
         yield from stream_into(answer, self.session, pos, started, max_tokens, should_stop, lead_spans)
 
@@ -234,10 +234,11 @@ class LayeredAnswerer(KVModeAnswerer):
             block = stored[id(part)]
             if block is not None and self._load_into(part, block, seq, p0):
                 answer.kv_loaded_tokens += n
-            else:
+            else:  # cold, or a stored block that turned out unusable (its text may tokenize to another length)
                 tokens = cold[id(part)] if id(part) in cold else self._event_tokens(part)
                 self._prepare_into(part, tokens, seq, first, p0)
-                answer.kv_prefilled_tokens += len(tokens)
+                n = len(tokens)
+                answer.kv_prefilled_tokens += n
             L.llama_memory_seq_cp(memory, seq, 0, -1, -1)
             blocks.append(_Loaded(part.key, part.block_key, part.retrieved.event.id, p0, p0 + n, seq))
         self._blocks = blocks
