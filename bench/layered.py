@@ -95,16 +95,21 @@ def needle_set(length: int, folder: Path) -> tuple[Path, list[dict]]:
                   for q in gs.questions]
 
 
-def holds(ws: Workspace, path: Path) -> bool:
+def holds(ws: Workspace, path: Path, log) -> bool:
     """Whether the store already holds this haystack, whatever path it was ingested from (earlier runs wrote it to
-    a temporary folder): ingesting it again under the new path would put it in the store twice."""
+    a temporary folder each time, and ingested it again under each new path: a second copy that doubles every
+    needle among the hits). Copies beyond the first are removed."""
     try:
         store = Store.open_existing(ws.store_dir)
     except StoreError:  # no store yet
         return False
     sha = file_sha256(path)
     with store:
-        return any(d.content_sha256 == sha and not d.partial for d in store.documents())
+        copies = [d.path for d in store.documents() if d.content_sha256 == sha and not d.partial]
+        for extra in copies[1:]:
+            store.remove_document(extra)
+            log(f"  removed a second copy of the haystack from the store: {extra}")
+    return bool(copies)
 
 
 def summary(rows: list[dict]) -> list[str]:
@@ -160,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         # the haystack is kept beside its store (same path, same bytes each run), so a second run reuses the store
         path, questions = needle_set(length, args.stores / "haystacks")
         ws = Workspace(store=str(args.stores / f"needle-{length}"), threads=args.threads)
-        if not holds(ws, path):
+        if not holds(ws, path, log):
             ingest(ws, [path], log)
         rows += run_store(f"needle-{length}", ws, questions, log, args.limit)
         ws.close()
