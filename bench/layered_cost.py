@@ -6,7 +6,10 @@ same kind of text (the Python standard library's sources, real text nobody on th
 show each layer exactly `--visible` tokens:
 
 - `kv`             kv mode's context (flash attention off): the sink and `--visible` tokens, all seen by every layer;
-- `flash`          the same cells in a layered context (flash attention on), no per-layer mask;
+- `flash`          the same cells in a context with flash attention on, no per-layer mask, no eval callback;
+- `flash+callback` the same, with the disarmed query-capture callback a layered context carries (ggml calls it for
+                   every graph node; engine/query_capture.py);
+The last three run as `epi ask --layered` runs them, callback included:
 - `pool-whole`     a layered context holding a pool of `--pool` tokens in 256-token blocks, each in a sequence of
                    its own, every layer seeing all of it (no mask);
 - `layered`        the same pool, each layer seeing `--visible` tokens of it (its own random choice of blocks);
@@ -37,10 +40,12 @@ from eval import load_average  # noqa: E402
 from long_run import concatenated_sources  # noqa: E402
 
 from episodic_cli.engine import layer_visibility  # noqa: E402
+from episodic_cli.engine.event_keys import rope_params  # noqa: E402
 from episodic_cli.engine.kv_memory import STAGING_SEQ  # noqa: E402
 from episodic_cli.engine.kv_mode import sink_tokens  # noqa: E402
 from episodic_cli.engine.layered import FIRST_BLOCK_SEQ, MAX_POOL, lane_places  # noqa: E402
 from episodic_cli.engine.llama_backend import INGEST_BATCH, LlamaSession, generation_threads  # noqa: E402
+from episodic_cli.engine.query_capture import QueryCapture  # noqa: E402
 from episodic_cli.engine.workspace import Workspace  # noqa: E402
 
 BLOCK = 256  # tokens per pool block (about an event)
@@ -121,17 +126,24 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(7)
     visible_blocks = args.visible // BLOCK
 
-    def layered_session(cells: int) -> LlamaSession:
+    # never armed: what a layered context carries while it generates (LayeredAnswerer builds it the same way)
+    capture = QueryCapture(n_layer, int(L.llama_model_n_head(model.ptr)), rope_params(model).head_dim)
+
+    def layered_session(cells: int, callback: bool = True) -> LlamaSession:
         return LlamaSession(model, n_ctx=cells, n_threads=threads, n_seq_max=FIRST_BLOCK_SEQ + MAX_POOL,
-                            flash_attn=True)
+                            flash_attn=True, eval_callback=capture.callback if callback else None,
+                            eval_user_data=capture.user_data)
 
     conditions = []
     kv = LlamaSession(model, n_ctx=window, n_threads=threads)
     kv.prefill(np.concatenate([sink, text[: args.visible]]), 0)
     conditions.append(Condition("kv", kv, s + args.visible))
-    flash = layered_session(window)
+    flash = layered_session(window, callback=False)
     flash.prefill(np.concatenate([sink, text[: args.visible]]), 0)
     conditions.append(Condition("flash", flash, s + args.visible))
+    watched = layered_session(window)
+    watched.prefill(np.concatenate([sink, text[: args.visible]]), 0)
+    conditions.append(Condition("flash+callback", watched, s + args.visible))
     pool = layered_session(window)
     n_blocks, start = pooled(pool, sink, text[: args.pool], args.pool // BLOCK * BLOCK)
     conditions.append(Condition("pool-whole", pool, start))
@@ -152,9 +164,10 @@ def main(argv: list[str] | None = None) -> int:
     rows = [{"condition": c.name, "ms_per_token": round(statistics.median(c.ms), 2),
              "over_kv": round(statistics.median(c.ms) / base, 3), "rounds_ms": [round(x, 2) for x in c.ms]}
             for c in conditions]
-    cells = {"kv": s + args.visible, "flash": s + args.visible, "pool-whole": s + n_blocks * BLOCK,
+    cells = {"kv": s + args.visible, "flash": s + args.visible, "flash+callback": s + args.visible,
+             "pool-whole": s + n_blocks * BLOCK,
              "layered": s + n_blocks * BLOCK, "layered-wide": s + n_wide * BLOCK}
-    seen = {"kv": args.visible, "flash": args.visible, "pool-whole": n_blocks * BLOCK,
+    seen = {"kv": args.visible, "flash": args.visible, "flash+callback": args.visible, "pool-whole": n_blocks * BLOCK,
             "layered": visible_blocks * BLOCK, "layered-wide": visible_blocks * BLOCK}
     print(f"\n`python bench/layered_cost.py {' '.join(argv if argv is not None else sys.argv[1:])}`: {threads} decode "
           f"thread(s), load average {load_start} -> {load_average()}, wall {time.perf_counter() - t_start:.0f} s; "
@@ -167,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps({"args": vars(args) | {"out": str(args.out)}, "threads": threads,
                                     "load_start": load_start, "load_end": load_average(), "cells": cells,
                                     "visible": seen, "rows": rows}, indent=1), encoding="utf-8")
-    for session in (kv, flash, pool, widened):
+    for session in (kv, flash, watched, pool, widened):
         session.close()
     ws.close()
     return 0

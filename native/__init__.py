@@ -8,6 +8,7 @@ from typing import Literal
 from ._kernels import assemble_state_blob as _assemble_state_blob
 from ._kernels import block_scores as _block_scores
 from ._kernels import dequantize as _dequantize
+from ._kernels import eval_gate_address as _eval_gate_address
 from ._kernels import quantize as _quantize
 from ._kernels import scale_rows as _scale_rows
 from ._kernels import select_blocks as _select_blocks
@@ -135,3 +136,10 @@ def select_blocks(scores: np.ndarray, n_tokens: np.ndarray, budget: int) -> np.n
     out = np.empty(scores.shape, dtype=np.uint8)
     _select_blocks(scores, n_tokens, scores.shape[0], scores.shape[1], int(budget), out)
     return out.astype(bool)
+
+
+def eval_gate_address() -> int:
+    """The address of epi_eval_gate (native/src/eval_gate.h), a ggml eval callback for a context's cb_eval, with a
+    struct epi_eval_gate * as its user data: closed, it answers every graph node in C (decline an ask, go on after
+    a node); open, it forwards to the inner callback."""
+    return _eval_gate_address()

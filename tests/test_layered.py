@@ -31,7 +31,8 @@ def capture_session(model):
 
     rope = rope_params(model)
     capture = QueryCapture(model.info.n_layer, int(L.llama_model_n_head(model.ptr)), rope.head_dim)
-    return capture, LlamaSession(model, n_ctx=1024, n_seq_max=2, eval_callback=capture.callback), rope
+    return capture, LlamaSession(model, n_ctx=1024, n_seq_max=2, eval_callback=capture.callback,
+                                  eval_user_data=capture.user_data), rope
 
 
 def test_captured_queries_are_each_layers_rope_queries(bundled_model):

@@ -138,7 +138,8 @@ class LayeredAnswerer(KVModeAnswerer):
         room = n_ctx - ANSWER_TOKENS - QUESTION_ROOM  # what a pool that fits takes (Workspace.retrieve)
         cells = n_ctx + max(0, self.pool_tokens - room)  # positions stay below n_ctx; lanes only need more cells
         return LlamaSession(self.model, n_ctx=cells, n_seq_max=FIRST_BLOCK_SEQ + MAX_POOL, n_threads=n_threads,
-                            eval_callback=self.capture.callback, flash_attn=self.flash_attn)
+                            eval_callback=self.capture.callback, eval_user_data=self.capture.user_data,
+                            flash_attn=self.flash_attn)
 
     def stream(self, question: str, retrieved: list[RetrievedEvent], history: list[dict[str, str]] | None,
                started: float, answer: Answer, max_tokens: int = ANSWER_TOKENS,

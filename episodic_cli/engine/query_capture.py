@@ -4,9 +4,10 @@ Per-layer block selection (EM-LLM 3.4) needs the question's query in every layer
 context is created with an eval callback (`cb_eval`) that, while armed, asks for the graph's `Qcur-<layer>` nodes
 after RoPE ([head_dim, n_head, n_tokens] float32) and copies them out. Copies go through
 `ggml_backend_tensor_get`, which reads host and device buffers alike, so layers offloaded to CUDA or Metal are read
-the same way (one synchronisation per asked node; only while armed). Disarmed, the callback declines each node it
-is asked about, so the graph runs unsplit; ggml still calls it once per node of every decode (~1,000 ctypes calls
-per generated token on the bundled model), which is why only layered answerers install it.
+the same way (one synchronisation per asked node; only while armed). ggml calls the callback once per node of every
+decode (~1,000 calls a generated token with the bundled model), so the context's callback is epi's C gate
+(native/src/eval_gate.c): disarmed, it declines each node in C and the graph runs unsplit at no Python cost (through
+ctypes the calls took ~0.9 ms a token, ~5%); armed, it forwards to the Python reader here.
 
 The tensor's fields are read through a ctypes mirror of `struct ggml_tensor` of the ggml that llama-cpp-python
 0.3.36 vendors (ggml.h: GGML_MAX_DIMS 4, GGML_MAX_OP_PARAMS 64, GGML_MAX_SRC 10, GGML_MAX_NAME 64): the version is
@@ -20,6 +21,7 @@ from pathlib import Path
 import llama_cpp as L
 import numpy as np
 
+from .. import native
 from .errors import EpiError
 
 GGML_TYPE_F32 = 0
@@ -58,6 +60,12 @@ def _ggml_base() -> ctypes.CDLL:
     raise OSError(f"libggml-base not found in {lib_dir}")
 
 
+class _EvalGate(ctypes.Structure):
+    """struct epi_eval_gate (native/src/eval_gate.h)."""
+
+    _fields_ = [("open", ctypes.c_int), ("inner", ctypes.c_void_p), ("inner_user_data", ctypes.c_void_p)]
+
+
 class QueryCapture:
     """The eval callback of one context. Arm it, decode, disarm it: `queries()` then holds, per layer, the rows of
     every token decoded while armed, in decode order."""
@@ -67,13 +75,19 @@ class QueryCapture:
         self._armed = False
         self._rows: list[list[np.ndarray]] = [[] for _ in range(n_layer)]
         self._tensor_get = _ggml_base().ggml_backend_tensor_get
-        self.callback = L.ggml_backend_sched_eval_callback(self._on_node)  # kept alive as long as the context
+        self._reader = L.ggml_backend_sched_eval_callback(self._on_node)  # kept alive as long as the context
+        self._gate = _EvalGate(0, ctypes.cast(self._reader, ctypes.c_void_p), None)
+        # what the context is created with (LlamaSession's eval_callback, eval_user_data)
+        self.callback = L.ggml_backend_sched_eval_callback(native.eval_gate_address())
+        self.user_data = ctypes.addressof(self._gate)
 
     def arm(self) -> None:
         self._rows = [[] for _ in range(self.n_layer)]
         self._armed = True
+        self._gate.open = 1
 
     def disarm(self) -> None:
+        self._gate.open = 0
         self._armed = False
 
     def queries(self) -> np.ndarray:

@@ -6,6 +6,7 @@
 #include <string.h>
 #include "assemble.h"
 #include "block_select.h"
+#include "eval_gate.h"
 #include "quant.h"
 #include "scale.h"
 #include "surprise.h"
@@ -285,7 +286,20 @@ static PyObject *py_select_blocks(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(eval_gate_address_doc,
+"eval_gate_address() -> int\n\n"
+"The address of epi_eval_gate, a ggml eval callback to install as cb_eval with a struct epi_eval_gate * as its\n"
+"user data (eval_gate.h): closed, it answers every node in C; open, it forwards to the inner callback.");
+
+static PyObject *py_eval_gate_address(PyObject *self, PyObject *args)
+{
+    (void)self;
+    (void)args;
+    return PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)&epi_eval_gate);
+}
+
 static PyMethodDef methods[] = {
+    {"eval_gate_address", py_eval_gate_address, METH_NOARGS, eval_gate_address_doc},
     {"surprise", py_surprise, METH_VARARGS, surprise_doc},
     {"quantize", py_quantize, METH_VARARGS, quantize_doc},
     {"dequantize", py_dequantize, METH_VARARGS, dequantize_doc},
