@@ -78,6 +78,7 @@ def ingest(ws: Workspace, paths: list[Path], log) -> dict:
                     log(f"  skipped {r.display_path}: {r.error}")
                 elif r.status != "unchanged":
                     raise RuntimeError(f"ingest of {r.display_path} failed: {r.error}")
+            ingestor.finish_run()  # as epi ingest: finished documents' window files go
     finally:
         ingestor.close()
         store.close()
