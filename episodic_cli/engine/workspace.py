@@ -217,7 +217,7 @@ class Workspace:
 
     def retrieve(self, store: Store, question: str, k: int, neighbours: int = 1, docs: list[str] | None = None,
                  scope: Restriction | None = None, pool: bool = False) -> list[RetrievedEvent]:
-        """The events an answer reads; `pool`: as many as the answer context holds (a layered answer's pool)."""
+        """The events an answer reads; `pool`: up to pool_tokens() of them (a layered answer's pool)."""
         if k < 1:
             raise EpiError("-k must be at least 1")
         scope = scope or self.scope(store, question, docs)
