@@ -157,19 +157,13 @@ class KVModeAnswerer:
                 continue
             if pos + len(part.tokens) + max_tokens > self.session.n_ctx:
                 raise StoreError(TOO_BIG)
-            question_part = i == len(parts) - 1 and len(parts) > 1
-            end = self._decode_question(part, pos) if question_part else self.session.prefill(part.tokens, pos)
-            pos = self._append(part.key, end)
+            pos = self._append(part.key, self.session.prefill(part.tokens, pos))
             if sink:
                 self._save_sink(part.tokens)
         pos = self._prepare_cold(cold, pos, answer)
         answer.prompt_tokens = pos
         answer.timings.prefill_s = time.perf_counter() - t0
         yield from stream_into(answer, self.session, pos, started, max_tokens, should_stop, lead_spans)
-
-    def _decode_question(self, part: _Part, pos: int) -> int:
-        """Decode the prompt's last part (the question, after the sources) at `pos`; its logits start the answer."""
-        return self.session.prefill(part.tokens, pos)
 
     def reset(self) -> None:
         """Forget the assembled cache (the next question starts from an empty context)."""
@@ -249,11 +243,7 @@ class KVModeAnswerer:
         tokens = np.concatenate([t for _, t in cold])
         if pos + len(tokens) + ANSWER_TOKENS > self.session.n_ctx:
             raise StoreError(TOO_BIG)
-        for a in range(0, len(tokens), INGEST_BATCH):
-            self.session.prefill(tokens[a : a + INGEST_BATCH], pos + a)
-            self._cold_done += min(INGEST_BATCH, len(tokens) - a)
-            if self.on_prepare is not None:
-                self.on_prepare(self._cold_done, self._cold_total)
+        self._prefill_cold(tokens, pos)
         for part, event_tokens in cold:
             end = pos + len(event_tokens)
             if len(event_tokens):
@@ -261,6 +251,15 @@ class KVModeAnswerer:
             pos = self._append(part.key, end)
         answer.kv_prefilled_tokens += len(tokens)
         return pos
+
+    def _prefill_cold(self, tokens: np.ndarray, pos: int, seq: int = 0) -> None:
+        """Decode cold events' tokens at `pos` in sequence `seq`, a batch at a time, telling `on_prepare` how far
+        this answer's preparing has come."""
+        for a in range(0, len(tokens), INGEST_BATCH):
+            self.session.decode(tokens[a : a + INGEST_BATCH], pos + a, seq=seq)
+            self._cold_done += min(INGEST_BATCH, len(tokens) - a)
+            if self.on_prepare is not None:
+                self.on_prepare(self._cold_done, self._cold_total)
 
     def _captured(self, part: _Part, block: ParsedBlock) -> None:
         """An event prepared from text: offer its cells to the tier (the next answer that retrieves it loads them)."""

@@ -46,7 +46,7 @@ from .kv_capture import BlockKeeper
 from .kv_memory import (STAGING_SEQ, KVFormatError, ParsedBlock, capture_block, decode_block, load_block,
                         parse_state_blob, session_v_trans, state_blob_from_payload)
 from .kv_mode import TOO_BIG, KVModeAnswerer, _Part
-from .llama_backend import INGEST_BATCH, LlamaModel, LlamaSession
+from .llama_backend import LlamaModel, LlamaSession
 from .query_capture import QueryCapture
 from .retrieve import RetrievedEvent
 
@@ -175,7 +175,7 @@ class LayeredAnswerer(KVModeAnswerer):
         question_pos = max([first + span] + [b.p1 for b in self._blocks])  # a re-prepared block may have grown
         if question_pos + len(tail.tokens) + max_tokens > self.window:
             raise StoreError(TOO_BIG)
-        pos = self._decode_question(tail, question_pos)
+        pos = self._select_and_decode(tail, question_pos)
         answer.prompt_tokens = first + sum(b.p1 - b.p0 for b in self._blocks) + len(tail.tokens)
         answer.timings.prefill_s = time.perf_counter() - t0
         yield from stream_into(answer, self.session, pos, started, max_tokens, should_stop, lead_spans)
@@ -260,11 +260,7 @@ class LayeredAnswerer(KVModeAnswerer):
         the tier, then moved to `p0`."""
         memory = self.session.memory
         L.llama_memory_seq_cp(memory, 0, seq, 0, first)  # the sink's cells, shared
-        for a in range(0, len(tokens), INGEST_BATCH):
-            self.session.decode(tokens[a : a + INGEST_BATCH], first + a, seq=seq)
-            self._cold_done += min(INGEST_BATCH, len(tokens) - a)
-            if self.on_prepare is not None:
-                self.on_prepare(self._cold_done, self._cold_total)
+        self._prefill_cold(tokens, first, seq)
         self._captured(part, parse_state_blob(capture_block(self.session, seq, first, first + len(tokens))))
         L.llama_memory_seq_rm(memory, seq, 0, first)
         if p0 != first:
@@ -288,7 +284,8 @@ class LayeredAnswerer(KVModeAnswerer):
 
     # -- selection ------------------------------------------------------------------------------------------
 
-    def _decode_question(self, part: _Part, pos: int) -> int:
+    def _select_and_decode(self, part: _Part, pos: int) -> int:
+        """The probe, each layer's selection, then the question decoded under it at `pos`; the position after it."""
         pool = self._blocks
         if not pool:  # only events of no tokens were retrieved: nothing to select
             return self.session.prefill(part.tokens, pos)
