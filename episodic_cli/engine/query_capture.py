@@ -72,7 +72,6 @@ class QueryCapture:
 
     def __init__(self, n_layer: int, n_head: int, head_dim: int):
         self.n_layer, self.n_head, self.head_dim = n_layer, n_head, head_dim
-        self._armed = False
         self._rows: list[list[np.ndarray]] = [[] for _ in range(n_layer)]
         self._tensor_get = _ggml_base().ggml_backend_tensor_get
         self._reader = L.ggml_backend_sched_eval_callback(self._on_node)  # kept alive as long as the context
@@ -83,12 +82,10 @@ class QueryCapture:
 
     def arm(self) -> None:
         self._rows = [[] for _ in range(self.n_layer)]
-        self._armed = True
         self._gate.open = 1
 
     def disarm(self) -> None:
         self._gate.open = 0
-        self._armed = False
 
     def queries(self) -> np.ndarray:
         """float32 [n_layer, n_tokens, n_head * head_dim]: post-RoPE queries of the tokens decoded while armed."""
@@ -114,7 +111,7 @@ class QueryCapture:
         return layer if 0 <= layer < self.n_layer else None
 
     def _on_node(self, tensor: int, ask: bool, user_data) -> bool:
-        if not self._armed:
+        if not self._gate.open:  # only reached so when installed without its gate (bench/eval_callback_cost.py)
             return not ask  # asked: decline (no split); told about a node we never asked for: keep going
         t = GgmlTensor.from_address(tensor)
         layer = self._wanted(t)
