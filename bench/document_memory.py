@@ -33,6 +33,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 from long_run import concatenated_sources  # noqa: E402
+
 EVENT_TOKENS = 256
 GROUP = 64  # events per checkpoint group: what the pass releases tokens behind
 

@@ -211,8 +211,9 @@ class LlamaSession:
     def __init__(self, model: LlamaModel, n_ctx: int, n_threads: int | None = None, n_seq_max: int = 2,
                  eval_callback=None, eval_user_data: int | None = None, flash_attn: bool = False):
         """`eval_callback`: a ggml_backend_sched_eval_callback watching the graph's nodes, with `eval_user_data` (an
-        address) as its user data (query_capture.py); the caller keeps both alive as long as the session. `flash_attn`: only for contexts whose blocks are assembled
-        with V untransposed (the layered answerer's; its hidden cells then cost nothing)."""
+        address) as its user data (query_capture.py); the caller keeps both alive as long as the session.
+        `flash_attn`: only for contexts whose blocks are assembled with V untransposed (the layered answerer's; its
+        hidden cells then cost nothing)."""
         self.model = model
         self.n_ctx = n_ctx
         self.n_seq_max = n_seq_max
