@@ -8,8 +8,8 @@
 #   which crashes with "Illegal instruction" on some virtual machines. Set CMAKE_ARGS yourself for a GPU build:
 #     CMAKE_ARGS="-DGGML_CUDA=on" ./install.sh        (NVIDIA; needs the CUDA toolkit)
 #     ./install.sh                                     (macOS: Metal is on by default)
-#   Its llama.cpp gets epi's patch first (native/llama_cpp/layer-visibility.patch: per-layer visibility for
-#   --layered), and the built wheel is kept in epi's cache, keyed by the patch and the build flags, so that the
+#   Its llama.cpp gets epi's patches first (native/llama_cpp/: layer-visibility.patch, per-layer visibility for
+#   --layered; flash-decode.patch, a faster CPU flash-attention decode step), and the built wheel is kept in epi's cache, keyed by the patch and the build flags, so that the
 #   next install reuses it instead of compiling again.
 # - hnswlib: built without -march=native for the same reason.
 set -euo pipefail
@@ -64,9 +64,9 @@ if [ -z "${CMAKE_ARGS:-}" ] && [ "$(uname -s)" = "Linux" ] && [ "$(uname -m)" = 
 fi
 export HNSWLIB_NO_NATIVE=1
 
-# 3. llama-cpp-python 0.3.36 with epi's llama.cpp patch, built once per (patch, build flags, Python, machine).
-#    The version becomes 0.3.36+epiN, which still satisfies the pin llama-cpp-python==0.3.36.
-llama_patch="$PWD/native/llama_cpp/layer-visibility.patch"
+# 3. llama-cpp-python 0.3.36 with epi's llama.cpp patches, in this order, built once per (patches, build flags,
+#    Python, machine). The version becomes 0.3.36+epiN, which still satisfies the pin llama-cpp-python==0.3.36.
+llama_patches=("$PWD/native/llama_cpp/layer-visibility.patch" "$PWD/native/llama_cpp/flash-decode.patch")
 if [ -n "${EPI_HOME:-}" ]; then
     epi_cache="$EPI_HOME/cache"
 elif [ "$(uname -s)" = "Darwin" ]; then
@@ -75,35 +75,39 @@ else
     epi_cache="${XDG_CACHE_HOME:-$HOME/.cache}/epi"
 fi
 build_key=$("$PYTHON" -c 'import hashlib, os, platform, sys
-h = hashlib.sha256(open(sys.argv[1], "rb").read())
+h = hashlib.sha256()
+for patch in sys.argv[1:]:
+    h.update(open(patch, "rb").read())
 h.update(repr((os.environ.get("CMAKE_ARGS", ""), sys.implementation.cache_tag, platform.system(), platform.machine())).encode())
-print(h.hexdigest()[:16])' "$llama_patch")
+print(h.hexdigest()[:16])' "${llama_patches[@]}")
 wheel_dir="$epi_cache/llama-cpp-python/$build_key"
 wheel=$(ls "$wheel_dir"/llama_cpp_python-0.3.36+*.whl 2>/dev/null | head -n1 || true)
 if [ -z "$wheel" ]; then
-    echo "building llama.cpp with epi's patch and: ${CMAKE_ARGS:-defaults} (the first build takes several minutes)" >&2
+    echo "building llama.cpp with epi's patches and: ${CMAKE_ARGS:-defaults} (the first build takes several minutes)" >&2
     work=$(mktemp -d)
     trap 'rm -rf "$work"' EXIT
     "$PYTHON" -m pip download --disable-pip-version-check --quiet --no-deps --no-binary :all: -d "$work" \
         "llama-cpp-python==0.3.36"
     tar -xzf "$work"/llama_cpp_python-0.3.36.tar.gz -C "$work"
     src="$work/llama_cpp_python-0.3.36"
-    # Check the whole patch before touching a file, and with no fuzz (patch would otherwise apply a hunk whose
+    # Check each whole patch before touching a file, and with no fuzz (patch would otherwise apply a hunk whose
     # context changed), so a mismatch stops here with one line, not a broken or silently different build.
-    if command -v patch >/dev/null 2>&1; then
-        check=(patch -d "$src" -p1 --fuzz=0 --forward --batch --dry-run -i "$llama_patch")
-        apply=(patch -d "$src" -p1 --fuzz=0 --forward --batch --silent -i "$llama_patch")
-    else
-        check=(git -C "$src" apply --check "$llama_patch")
-        apply=(git -C "$src" apply "$llama_patch")
-    fi
-    if ! "${check[@]}" >"$work/patch.log" 2>&1 || ! "${apply[@]}" >>"$work/patch.log" 2>&1; then
-        # patch names the file on a "checking file" line before its failure; git apply names it in the error
-        why=$(awk '/^checking file /{f=$3} /FAILED|malformed|[Ee]rror|can.t find file/{print (f ? f ": " : "") $0; exit}' \
-            "$work/patch.log")
-        echo "install.sh: epi's llama.cpp patch ($llama_patch) does not apply to llama-cpp-python 0.3.36's source (${why:-$(head -n1 "$work/patch.log")})" >&2
-        exit 1
-    fi
+    for llama_patch in "${llama_patches[@]}"; do
+        if command -v patch >/dev/null 2>&1; then
+            check=(patch -d "$src" -p1 --fuzz=0 --forward --batch --dry-run -i "$llama_patch")
+            apply=(patch -d "$src" -p1 --fuzz=0 --forward --batch --silent -i "$llama_patch")
+        else
+            check=(git -C "$src" apply --check "$llama_patch")
+            apply=(git -C "$src" apply "$llama_patch")
+        fi
+        if ! "${check[@]}" >"$work/patch.log" 2>&1 || ! "${apply[@]}" >>"$work/patch.log" 2>&1; then
+            # patch names the file on a "checking file" line before its failure; git apply names it in the error
+            why=$(awk '/^checking file /{f=$3} /FAILED|malformed|[Ee]rror|can.t find file/{print (f ? f ": " : "") $0; exit}' \
+                "$work/patch.log")
+            echo "install.sh: epi's llama.cpp patch ($llama_patch) does not apply to llama-cpp-python 0.3.36's source (${why:-$(head -n1 "$work/patch.log")})" >&2
+            exit 1
+        fi
+    done
     "$PYTHON" -m pip wheel --disable-pip-version-check --no-deps --wheel-dir "$work/wheel" "$src"
     mkdir -p "$wheel_dir"
     for built in "$work"/wheel/llama_cpp_python-*.whl; do

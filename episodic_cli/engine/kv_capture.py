@@ -22,8 +22,9 @@ DEFAULT_KIND = "q8_0"
 
 def tier_config(model: LlamaModel, model_sha256: str, kind: str) -> TierConfig:
     """What a block is only valid for: the contexts of capture and answer must match exactly (anchors.md B.3).
-    The llama-cpp-python release binds, not epi's local label (0.3.36+epi1): the patch only adds per-layer masks,
-    which leave every cell's K and V as the unpatched build computes them."""
+    The llama-cpp-python release binds, not epi's local label (0.3.36+epiN): the patches add per-layer masks and a
+    flash-attention kernel for one-token decodes, which leave every captured cell's K and V (prompt batches, flash
+    attention off) as the unpatched build computes them."""
     head_dim = model.info.n_embd // max(L.llama_model_n_head(model.ptr), 1)
     release = L.__version__.split("+")[0]
     return TierConfig(model_name=model.info.name, model_sha256=model_sha256, llama_cpp_version=release,
