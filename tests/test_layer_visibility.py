@@ -207,3 +207,17 @@ def test_an_unpatched_library_reports_the_feature_off(monkeypatch):
     assert not layer_visibility.available()
     with pytest.raises(RuntimeError, match="install.sh"):
         layer_visibility.set_hidden_seqs(None, 0, [1])
+
+
+def test_doctor_names_a_patched_build_without_the_flash_decode_kernel(monkeypatch):
+    from episodic_cli.engine import diagnostics
+
+    assert [diagnostics.patch_level(v) for v in ("0.3.36", "0.3.36+epi1", "0.3.36+epi2", "0.3.36+epi12")] == [0, 1, 2, 12]
+    if not layer_visibility.available():
+        pytest.skip("llama-cpp-python without epi's patches")
+    assert diagnostics.layered_attention().startswith("available: ")  # the installed build has both patches
+    monkeypatch.setattr(diagnostics, "llama_cpp_version", lambda: "0.3.36+epi1")
+    dated = diagnostics.layered_attention()
+    assert "predates epi's flash-decode kernel" in dated and "./install.sh" in dated
+    monkeypatch.setattr(layer_visibility, "_functions", None)
+    assert "not in this build" in diagnostics.layered_attention()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import platform
+import re
 import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -16,6 +17,24 @@ from .paths import cache_dir, data_dir, store_path
 from .workspace import Workspace
 
 PINNED_LLAMA_CPP = "0.3.36"
+# install.sh's builds label their patch level: +epi1 has layer-visibility.patch, +epi2 also flash-decode.patch
+FLASH_DECODE_PATCH_LEVEL = 2
+
+
+def patch_level(version: str) -> int:
+    """epi's patch level in a llama-cpp-python version: 0.3.36+epi2 -> 2, an unpatched 0.3.36 -> 0."""
+    m = re.search(r"\+epi(\d+)$", version)
+    return int(m.group(1)) if m else 0
+
+
+def layered_attention() -> str:
+    """What this build offers `--layered`, and what to do when it is missing or dated."""
+    if not layer_visibility.available():
+        return "not in this build (llama.cpp without epi's patch): `--layered` is off; ./install.sh builds the patched one"
+    if patch_level(llama_cpp_version()) < FLASH_DECODE_PATCH_LEVEL:
+        return ("available, but this build predates epi's flash-decode kernel: a `--layered` token costs ~1.2x kv "
+                "mode's on CPU instead of ~0.9x; ./install.sh rebuilds it")
+    return "available: `--layered` lets each layer attend to the blocks it selects"
 
 
 def _version(dist: str) -> str:
@@ -33,7 +52,7 @@ def collect(model: str | None, store: str | None, verify_blocks: bool = True, re
     rows: list[tuple[str, str, bool | None]] = [
         ("epi", __version__, None),
         ("python", f"{sys.version.split()[0]} on {platform.system()} {platform.machine()}", None),
-        # epi's patched build carries a local label (0.3.36+epi1): the same release, built with the patch
+        # epi's patched build carries a local label (0.3.36+epi2): the same release, built with the patches
         ("llama-cpp-python", llama_cpp_version(), llama_cpp_version().split("+")[0] == PINNED_LLAMA_CPP),
     ]
     for dist in ("torch", "sentence-transformers", "hnswlib", "pypdf"):
@@ -46,9 +65,7 @@ def collect(model: str | None, store: str | None, verify_blocks: bool = True, re
         ("threads", f"{default_threads()} (override with --threads)", None),
         ("gpu offload", "available: all layers are offloaded" if gpu_offload_supported()
          else "not in this build (CPU only); see README 'GPU builds'", None),
-        ("layered attention", "available: `--layered` lets each layer attend to the blocks it selects"
-         if layer_visibility.available() else "not in this build (llama.cpp without epi's patch): `--layered` is "
-         "off; ./install.sh builds the patched one", None),
+        ("layered attention", layered_attention(), None),
         ("data dir", str(data_dir()), None),
         ("cache dir", str(cache_dir()), None),
     ]
