@@ -34,6 +34,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import generators as gen  # noqa: E402
 
+from episodic_cli.engine import layer_visibility  # noqa: E402
 from episodic_cli.engine.answer import SYSTEM_PROMPT, build_messages, sources_turn  # noqa: E402
 from episodic_cli.engine.paths import cache_dir  # noqa: E402
 from episodic_cli.engine.retrieve import RetrievedEvent  # noqa: E402
@@ -74,6 +75,7 @@ class Cond:
     nb: int = 1
     kv: str = DEFAULT_KV
     epman: bool = False
+    layered: bool = False  # per-layer block selection (`--layered`, epi's patched llama.cpp)
 
 
 CONDITIONS = {c.name: c for c in [
@@ -82,6 +84,8 @@ CONDITIONS = {c.name: c for c in [
     Cond("epi-kv+epman", "epi kv mode + EpMAN weighting", mode="kv", epman=True),
     Cond("epi-kv-f16", "epi kv mode, f16 blocks", mode="kv", kv="f16"),
     Cond("epi-kv-q4_0", "epi kv mode, q4_0 blocks", mode="kv", kv="q4_0"),
+    Cond("epi-kv-layered", "epi kv mode, each layer its own blocks of a larger pool (--layered)", mode="kv",
+         layered=True),
     Cond("epi-text-nb0", "epi text mode, no neighbours (nb=0)", mode="text", nb=0),
     Cond("epi-kv-nb0", "epi kv mode, no neighbours (nb=0)", mode="kv", nb=0),
     Cond("epi-kv-k2", "epi kv mode, k=2", mode="kv", k=2),
@@ -103,7 +107,7 @@ CONFIGS = {
         needle_lengths=[400], depths=[0.5], nith_lengths=[400], fact_length=300, fact_ns=[1], nqd_n=2,
         nqd_positions=[1], ks=[2, 3], doc_tokens=100,
         kv_kinds={"needle-400": ["q4_0"]},
-        answers={"passkey": ["epi-text", "epi-kv", "epi-kv+epman", "epi-kv-q4_0", "full"],
+        answers={"passkey": ["epi-text", "epi-kv", "epi-kv+epman", "epi-kv-q4_0", "epi-kv-layered", "full"],
                  "nqd": ["epi-kv", "epi-text-docorder"]},
         only_at={}),
     "quick": dict(
@@ -122,7 +126,8 @@ CONFIGS = {
         nith_lengths=[16384, 32768, 65536, 131072, 262144, 1048576], fact_length=16384, fact_ns=[1, 3, 5], nqd_n=30,
         nqd_positions=[0, 5, 10, 15, 20, 25, 29], ks=[2, 3, 5, 8], doc_tokens=160,
         kv_kinds={"needle-16384": ["f16", "q4_0"], "factrecall-16384": ["f16", "q4_0"]},
-        answers={"passkey": list(CONDITIONS), "nith": ["epi-text", "epi-kv", "epi-kv+epman", *_SWEEP, "naive"],
+        answers={"passkey": list(CONDITIONS),
+                 "nith": ["epi-text", "epi-kv", "epi-kv+epman", "epi-kv-layered", *_SWEEP, "naive"],
                  "factrecall": list(CONDITIONS), "nqd": list(CONDITIONS)},
         only_at={}),
 }
@@ -464,13 +469,15 @@ class Harness:
     def ask(self, h: StoreHandle, q: gen.Question, c: Cond) -> dict:
         """One answer through Workspace.ask, stopped after ANSWER_MAX_TOKENS pieces (the stream's tokens)."""
         _, row = ask_once(h.ws, h.store, q.question, q.gold_text, h.warnings, k=c.k, mode=c.mode, neighbours=c.nb,
-                          epman=c.epman)
+                          epman=c.epman, layered=c.layered)
         return {"mode": row["mode"], "kv": h.kind if row["mode"] == "kv" else None, "k": c.k, "neighbours": c.nb,
-                "epman": c.epman, **row}
+                "epman": c.epman, "layered": c.layered, **row}
 
     def answer_row(self, suite: Suite, q: gen.Question, cond: str) -> dict:
         c = CONDITIONS[cond]
         row = {"qid": q.qid, "suite": q.suite, "set": suite.name, **q.params, "gold": q.answer, "condition": cond}
+        if c.layered and not layer_visibility.available():
+            return {**row, "answer": None, "note": layer_visibility.UNAVAILABLE}
         if c.how == "ask":
             row.update(self.ask(suite.stores[c.kv], q, c))
         else:
@@ -709,7 +716,9 @@ def write_markdown(result: dict, path: Path, heatmap: str | None) -> None:
           "laid out best hit last. **+EpMAN** scales each block's V rows by its episodic weight in [0.9, 1.0] "
           "(`--epman`). **f16 / q4_0** = the same documents ingested with that block type (one store per type). "
           "**nb=0** = no neighbours (NarrowAttn); **k=2/5/8** = hits. **document order** = epi's retrieved events "
-          "laid out in document order instead (text mode, the layout before 2026-11-22). Baselines: **naive** = "
+          "laid out in document order instead (text mode, the layout before 2026-11-22). **layered** = `epi ask "
+          "--layered`: a pool of whole blocks (12 hits and neighbours), each layer attending to retrieval's own "
+          "events and the blocks its own question query selects, up to 3,072 tokens a layer. Baselines: **naive** = "
           "200-word chunks, dense MiniLM, top-3; **truncation** = the head that fits the 8k answer window; "
           "**full** = the whole document(s) when they fit 8k.", "",
           "Haystack: shuffled sentences of the Python Language Reference prose shipped with CPython "

@@ -15,6 +15,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import generators as gen  # noqa: E402
 
+from episodic_cli.engine import layer_visibility  # noqa: E402
+
 
 def test_generators_are_deterministic_and_plant_each_needle_once():
     a = gen.needle_document(2000, [0.1, 0.5, 0.9], seed=7)
@@ -76,6 +78,12 @@ def test_tiny_eval_runs_end_to_end(tmp_path):
     answered = [r for r in data["rows"] if r.get("answer") is not None]
     assert {r["condition"] for r in answered} >= {"epi-text", "epi-kv", "epi-kv+epman", "epi-kv-q4_0", "full",
                                                   "epi-text-docorder"}
+    layered = [r for r in data["rows"] if r["condition"] == "epi-kv-layered"]
+    assert layered, "the layered condition is part of the passkey suite"
+    if layer_visibility.available():
+        assert all(r.get("answer") is not None and r["layered"] for r in layered), layered
+    else:  # an unpatched llama.cpp: the condition says why it has no answers
+        assert all(r["note"] == layer_visibility.UNAVAILABLE for r in layered)
     for r in answered:
         assert {"exact", "contains", "f1", "source_recall", "prompt_tokens"} <= set(r)
     by = {(r["qid"], r["condition"]): r for r in answered}
