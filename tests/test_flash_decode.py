@@ -10,7 +10,7 @@ from llama_cpp import llama_cpp as L
 
 from conftest import license_text
 from episodic_cli.engine import layer_visibility
-from episodic_cli.engine.llama_backend import default_threads
+from llama_context import RawContext
 
 N_CTX = 2048
 TEXT = 1100          # cells before the question: llama.cpp's split-KV decode path needs >= 512
@@ -25,39 +25,6 @@ TOLERANCE = 0.1
 needs_patch = pytest.mark.skipif(not layer_visibility.available(), reason="llama-cpp-python without epi's patches")
 
 
-class Context:
-    """An answer-like context (unified KV cache, F16 K/V, two sequences) decoding sequence 0."""
-
-    def __init__(self, model, flash_attn: bool):
-        params = L.llama_context_default_params()
-        params.n_ctx = N_CTX
-        params.n_batch = params.n_ubatch = 512
-        params.n_seq_max = 2
-        params.n_threads = params.n_threads_batch = default_threads()
-        params.kv_unified = True
-        params.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else L.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        params.type_k = params.type_v = L.GGML_TYPE_F16
-        self.n_vocab = model.info.n_vocab
-        self.ctx = L.llama_init_from_model(model.ptr, params)
-        assert self.ctx, "llama.cpp could not create the test context"
-        self.memory = L.llama_get_memory(self.ctx)
-        self.batch = L.llama_batch_init(512, 0, 1)
-
-    def decode(self, tokens: np.ndarray, pos0: int) -> np.ndarray:
-        """Decode `tokens` in one batch at positions pos0..; the last token's logits."""
-        b = self.batch
-        b.n_tokens = len(tokens)
-        for i, tok in enumerate(tokens):
-            b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = int(tok), pos0 + i, 1, int(i == len(tokens) - 1)
-            b.seq_id[i][0] = 0
-        assert L.llama_decode(self.ctx, b) == 0
-        return np.ctypeslib.as_array(L.llama_get_logits_ith(self.ctx, -1), shape=(self.n_vocab,)).copy()
-
-    def close(self) -> None:
-        L.llama_batch_free(self.batch)
-        L.llama_free(self.ctx)
-
-
 @pytest.fixture(scope="module")
 def tokens(bundled_model):
     text = bundled_model.tokenize(license_text())[:TEXT]
@@ -65,19 +32,20 @@ def tokens(bundled_model):
     return text, bundled_model.tokenize(QUESTION)
 
 
-def prefilled(model, tokens, flash_attn: bool) -> Context:
+def prefilled(model, tokens, flash_attn: bool) -> RawContext:
+    """An answer-like context: the text in sequence 0, the block's cells also in BLOCK_SEQ."""
     text, _ = tokens
-    c = Context(model, flash_attn)
+    c = RawContext(model, flash_attn, n_ctx=N_CTX, n_batch=512, n_seq_max=2)
     for start in range(0, TEXT, 512):
-        c.decode(text[start:start + 512], start)
+        c.decode(text[start:start + 512], start, last_only=True)
     L.llama_memory_seq_cp(c.memory, 0, BLOCK_SEQ, *BLOCK)
     return c
 
 
-def step_by_step(c: Context, tokens) -> np.ndarray:
+def step_by_step(c: RawContext, tokens) -> np.ndarray:
     """The question decoded one token at a time (each a decode step); the logits after each, then removed again."""
     _, question = tokens
-    logits = np.stack([c.decode(question[i:i + 1], TEXT + i) for i in range(len(question))])
+    logits = np.concatenate([c.decode(question[i:i + 1], TEXT + i) for i in range(len(question))])
     L.llama_memory_seq_rm(c.memory, 0, TEXT, -1)
     return logits
 

@@ -15,7 +15,7 @@ from llama_cpp import llama_cpp as L
 
 from conftest import license_text
 from episodic_cli.engine import layer_visibility
-from episodic_cli.engine.llama_backend import default_threads
+from llama_context import RawContext
 
 N_SEQ_MAX = 4
 BLOCK_SEQ = 1  # the block's cells are in sequence 0 and also in this one, as kv mode's pool blocks are
@@ -26,39 +26,6 @@ needs_patch = pytest.mark.skipif(not layer_visibility.available(), reason="llama
                                  "(test_patched_build_exports_entry_points fails for it)")
 
 
-class Context:
-    """A llama.cpp context set up as epi's answer sessions are (unified KV cache, F16 K/V), with flash attention
-    chosen by the test, decoding one sequence and returning the logits of every decoded token."""
-
-    def __init__(self, model, flash_attn: bool):
-        params = L.llama_context_default_params()
-        params.n_ctx = 256
-        params.n_batch = params.n_ubatch = 256
-        params.n_seq_max = N_SEQ_MAX
-        params.n_threads = params.n_threads_batch = default_threads()
-        params.kv_unified = True
-        params.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else L.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        params.type_k = params.type_v = L.GGML_TYPE_F16
-        self.n_vocab = model.info.n_vocab
-        self.ctx = L.llama_init_from_model(model.ptr, params)
-        assert self.ctx, "llama.cpp could not create the test context"
-        self.memory = L.llama_get_memory(self.ctx)
-        self.batch = L.llama_batch_init(256, 0, 1)
-
-    def decode(self, tokens: np.ndarray, pos0: int) -> np.ndarray:
-        b, n = self.batch, len(tokens)
-        b.n_tokens = n
-        for i, tok in enumerate(tokens):
-            b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = int(tok), pos0 + i, 1, 1
-            b.seq_id[i][0] = 0
-        assert L.llama_decode(self.ctx, b) == 0
-        return np.ctypeslib.as_array(L.llama_get_logits(self.ctx), shape=(n, self.n_vocab)).copy()
-
-    def close(self) -> None:
-        L.llama_batch_free(self.batch)
-        L.llama_free(self.ctx)
-
-
 @pytest.fixture(scope="module")
 def texts(bundled_model):
     """128 tokens of real prose with a 64-token block in the middle, and a question after them."""
@@ -66,16 +33,16 @@ def texts(bundled_model):
     return text, (32, 96), bundled_model.tokenize(QUESTION)
 
 
-def prefilled(model, texts, flash_attn: bool) -> Context:
+def prefilled(model, texts, flash_attn: bool) -> RawContext:
     """The text in sequence 0 at positions 0.., the block's cells also in BLOCK_SEQ."""
     text, (b0, b1), _ = texts
-    c = Context(model, flash_attn)
+    c = RawContext(model, flash_attn, n_seq_max=N_SEQ_MAX)
     c.decode(text, 0)
     L.llama_memory_seq_cp(c.memory, 0, BLOCK_SEQ, b0, b1)
     return c
 
 
-def ask(c: Context, texts) -> np.ndarray:
+def ask(c: RawContext, texts) -> np.ndarray:
     """Decode the question after the text (logits of all its tokens), then remove it again."""
     text, _, question = texts
     logits = c.decode(question, len(text))
@@ -188,7 +155,7 @@ def test_flash_attention_is_really_on_in_the_flash_attention_tests(bundled_model
 
 @needs_patch
 def test_bad_layer_or_sequence_is_refused(bundled_model):
-    c = Context(bundled_model, flash_attn=False)
+    c = RawContext(bundled_model, flash_attn=False, n_seq_max=N_SEQ_MAX)
     try:
         for layer, seqs in ((bundled_model.info.n_layer, [BLOCK_SEQ]), (-2, [BLOCK_SEQ]), (0, [N_SEQ_MAX]), (0, [-1])):
             with pytest.raises(ValueError, match="refused"):
