@@ -76,6 +76,7 @@ class Cond:
     kv: str = DEFAULT_KV
     epman: bool = False
     layered: bool = False  # per-layer block selection (`--layered`, epi's patched llama.cpp)
+    pool: int = 0  # a layered pool of this many answer contexts' room (`--pool`; 0: what the answer context holds)
 
 
 CONDITIONS = {c.name: c for c in [
@@ -86,6 +87,8 @@ CONDITIONS = {c.name: c for c in [
     Cond("epi-kv-q4_0", "epi kv mode, q4_0 blocks", mode="kv", kv="q4_0"),
     Cond("epi-kv-layered", "epi kv mode, each layer its own blocks of a larger pool (--layered)", mode="kv",
          layered=True),
+    Cond("epi-kv-layered-wide", "epi kv mode, --layered over a pool 3x the answer context, in lanes (--pool)",
+         mode="kv", layered=True, pool=3),
     Cond("epi-text-nb0", "epi text mode, no neighbours (nb=0)", mode="text", nb=0),
     Cond("epi-kv-nb0", "epi kv mode, no neighbours (nb=0)", mode="kv", nb=0),
     Cond("epi-kv-k2", "epi kv mode, k=2", mode="kv", k=2),
@@ -127,7 +130,8 @@ CONFIGS = {
         nqd_positions=[0, 5, 10, 15, 20, 25, 29], ks=[2, 3, 5, 8], doc_tokens=160,
         kv_kinds={"needle-16384": ["f16", "q4_0"], "factrecall-16384": ["f16", "q4_0"]},
         answers={"passkey": list(CONDITIONS),
-                 "nith": ["epi-text", "epi-kv", "epi-kv+epman", "epi-kv-layered", *_SWEEP, "naive"],
+                 "nith": ["epi-text", "epi-kv", "epi-kv+epman", "epi-kv-layered", "epi-kv-layered-wide", *_SWEEP,
+                          "naive"],
                  "factrecall": list(CONDITIONS), "nqd": list(CONDITIONS)},
         only_at={}),
 }
@@ -468,10 +472,12 @@ class Harness:
 
     def ask(self, h: StoreHandle, q: gen.Question, c: Cond) -> dict:
         """One answer through Workspace.ask, stopped after ANSWER_MAX_TOKENS pieces (the stream's tokens)."""
+        h.ws.layered_pool = c.pool * h.ws.room()
         _, row = ask_once(h.ws, h.store, q.question, q.gold_text, h.warnings, k=c.k, mode=c.mode, neighbours=c.nb,
                           epman=c.epman, layered=c.layered)
         return {"mode": row["mode"], "kv": h.kind if row["mode"] == "kv" else None, "k": c.k, "neighbours": c.nb,
-                "epman": c.epman, "layered": c.layered, **row}
+                "epman": c.epman, "layered": c.layered, "pool_tokens": h.ws.pool_tokens() if c.layered else None,
+                **row}
 
     def answer_row(self, suite: Suite, q: gen.Question, cond: str) -> dict:
         c = CONDITIONS[cond]
@@ -663,7 +669,9 @@ def write_heatmap(rows: list[dict], cfg: dict, path: Path) -> None:
     depths, lengths = cfg["depths"], cfg["needle_lengths"]
     panels = [("epi-kv", "contains", "passkey answer, epi kv mode"),
               ("epi-text", "contains", "passkey answer, epi text mode"),
+              ("epi-kv-layered", "contains", "passkey answer, --layered"),
               ("epi-k3-nb1", "source_recall", "passkey source recall (k=3, nb=1)")]
+    panels = [p for p in panels if any(r["condition"] == p[0] and r.get(p[1]) is not None for r in rows)] or panels
     fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 0.45 * len(depths) + 2.2))
     for ax, (cond, metric, title) in zip(np.atleast_1d(axes), panels):
         grid = np.full((len(depths), len(lengths)), np.nan)
@@ -718,7 +726,8 @@ def write_markdown(result: dict, path: Path, heatmap: str | None) -> None:
           "**nb=0** = no neighbours (NarrowAttn); **k=2/5/8** = hits. **document order** = epi's retrieved events "
           "laid out in document order instead (text mode, the layout before 2026-11-22). **layered** = `epi ask "
           "--layered`: a pool of whole blocks (12 hits and neighbours), each layer attending to retrieval's own "
-          "events and the blocks its own question query selects, up to 3,072 tokens a layer. Baselines: **naive** = "
+          "events and the blocks its own question query selects, up to 3,072 tokens a layer; **layered-wide** the same over a pool 3x the answer context (lanes sharing "
+          "positions, `--pool`). Baselines: **naive** = "
           "200-word chunks, dense MiniLM, top-3; **truncation** = the head that fits the 8k answer window; "
           "**full** = the whole document(s) when they fit 8k.", "",
           "Haystack: shuffled sentences of the Python Language Reference prose shipped with CPython "
@@ -790,14 +799,31 @@ def write_markdown(result: dict, path: Path, heatmap: str | None) -> None:
            "tables show that every comparison runs end to end through epi, and where kv and text mode disagree.",
            f"- Time: the quick variant targets under 10 min per seed on 2 idle cores from a cold cache; this run took "
            f"{result['timing']['wall_s'] / 60:.1f} min at load {result['timing']['load_end']} (header).",
-           f"- This {result['variant']} variant keeps haystacks short so it finishes in minutes; the "
-           "16k..1M grid (10M with --long) is `--full`" + (", not run for this page." if result["variant"] != "full"
-                                                             else "."),
+           (f"- This {result['variant']} variant keeps haystacks short so it finishes in minutes; the "
+            "16k..1M grid (10M with --long) is `--full`, not run for this page." if result["variant"] != "full" else
+            f"- Haystack lengths run: {', '.join(L(n) for n in cfg['needle_lengths'])} of the 16k..1M grid "
+            "(`--lengths` picks some); conditions answered: "
+            + ", ".join(dict.fromkeys(c for cs in cfg["answers"].values() for c in cs)) + "."),
            ""]
     path.write_text("\n".join(md))
 
 
 # -- main -----------------------------------------------------------------------------------------------------------
+
+def narrowed(cfg: dict, lengths: list[int] | None, conditions: list[str] | None) -> dict:
+    """The variant's configuration with only these needle lengths (passkey and NITH) and answered conditions; None
+    keeps all. A length outside the grid is a ValueError: a typo would otherwise run nothing for hours."""
+    cfg = dict(cfg)
+    if lengths:
+        unknown = sorted(set(lengths) - set(cfg["needle_lengths"]))
+        if unknown:
+            raise ValueError(f"lengths {unknown} are not in the grid {cfg['needle_lengths']}")
+        cfg["needle_lengths"] = [n for n in cfg["needle_lengths"] if n in lengths]
+        cfg["nith_lengths"] = [n for n in cfg["nith_lengths"] if n in lengths]
+    if conditions:
+        cfg["answers"] = {suite: [c for c in conds if c in conditions] for suite, conds in cfg["answers"].items()}
+    return cfg
+
 
 def build_sets(cfg: dict, count, seeds: int = 1) -> list[gen.GeneratedSet]:
     """Every generated set once per seed; the sets of seed i > 1 (their own haystacks, needles and questions) are
@@ -825,6 +851,11 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--quick", action="store_const", dest="variant", const="quick")
     v.add_argument("--full", action="store_const", dest="variant", const="full")
     ap.add_argument("--long", action="store_true", help="with --full: add the 10M-token needle haystack")
+    ap.add_argument("--lengths", type=int, nargs="+", metavar="TOKENS", help="only these needle haystack lengths "
+                    "of the variant's grid (passkey and NITH), e.g. --full --lengths 16384 65536")
+    ap.add_argument("--conditions", nargs="+", metavar="NAME", choices=list(CONDITIONS),
+                    help="answer only these conditions (the retrieval sweep always runs); names: "
+                    + ", ".join(CONDITIONS))
     ap.add_argument("--out", default="docs", help="folder for evaluation.md/.json and needle_heatmap.png")
     ap.add_argument("--cache", default=None, help="cache of ingested eval stores (default: epi cache dir / eval)")
     ap.add_argument("--threads", type=int, default=None)
@@ -848,6 +879,10 @@ def main(argv: list[str] | None = None) -> int:
     cfg = dict(CONFIGS[variant])
     if variant == "full" and args.long:
         cfg["needle_lengths"] = cfg["needle_lengths"] + [10 * 1048576]
+    try:
+        cfg = narrowed(cfg, args.lengths, args.conditions)
+    except ValueError as e:
+        ap.error(f"{e} (--{variant})")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cache = Path(args.cache or os.environ.get("EPI_EVAL_CACHE") or cache_dir() / "eval")

@@ -52,6 +52,22 @@ def test_seeds_make_distinct_sets_that_pool_by_family():
     assert len(ev.answered(rows, set="needle-400")) == 2
 
 
+def test_a_narrowed_grid_keeps_only_the_lengths_and_conditions_asked_for():
+    import eval as ev
+
+    full = ev.CONFIGS["full"]
+    cfg = ev.narrowed(full, [16384, 262144], ["epi-kv", "epi-kv-layered"])
+    assert cfg["needle_lengths"] == cfg["nith_lengths"] == [16384, 262144]
+    assert cfg["answers"]["passkey"] == ["epi-kv", "epi-kv-layered"] and cfg["answers"]["nith"] == cfg["answers"][
+        "passkey"]
+    assert full["needle_lengths"][-1] == 1048576 and "epi-text" in full["answers"]["passkey"]  # the grid untouched
+    sets = ev.build_sets(cfg, gen.approx_tokens)
+    assert [s.name for s in sets if s.name.startswith("needle")] == ["needle-16384", "needle-262144"]
+    assert ev.narrowed(full, None, None) == full
+    with pytest.raises(ValueError, match="not in the grid"):
+        ev.narrowed(full, [16000], None)
+
+
 @pytest.mark.slow
 def test_tiny_eval_runs_end_to_end(tmp_path):
     out, cache = tmp_path / "out", tmp_path / "cache"
