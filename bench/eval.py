@@ -726,8 +726,8 @@ def write_markdown(result: dict, path: Path, heatmap: str | None) -> None:
           "**nb=0** = no neighbours (NarrowAttn); **k=2/5/8** = hits. **document order** = epi's retrieved events "
           "laid out in document order instead (text mode, the layout before 2026-11-22). **layered** = `epi ask "
           "--layered`: a pool of whole blocks (12 hits and neighbours), each layer attending to retrieval's own "
-          "events and the blocks its own question query selects, up to 3,072 tokens a layer; **layered-wide** the same over a pool 3x the answer context (lanes sharing "
-          "positions, `--pool`). Baselines: **naive** = "
+          "events and the blocks its own question query selects, up to 3,072 tokens a layer; **layered-wide** the "
+          "same over a pool 3x the answer context (lanes sharing positions, `--pool`). Baselines: **naive** = "
           "200-word chunks, dense MiniLM, top-3; **truncation** = the head that fits the 8k answer window; "
           "**full** = the whole document(s) when they fit 8k.", "",
           "Haystack: shuffled sentences of the Python Language Reference prose shipped with CPython "
