@@ -77,6 +77,7 @@ class Cond:
     epman: bool = False
     layered: bool = False  # per-layer block selection (`--layered`, epi's patched llama.cpp)
     pool: int = 0  # a layered pool of this many answer contexts' room (`--pool`; 0: what the answer context holds)
+    reread: bool = False  # layered: the whole question decoded again under the selection (the design before 11-24)
 
 
 CONDITIONS = {c.name: c for c in [
@@ -87,6 +88,8 @@ CONDITIONS = {c.name: c for c in [
     Cond("epi-kv-q4_0", "epi kv mode, q4_0 blocks", mode="kv", kv="q4_0"),
     Cond("epi-kv-layered", "epi kv mode, each layer its own blocks of a larger pool (--layered)", mode="kv",
          layered=True),
+    Cond("epi-kv-layered-reread", "epi kv mode, --layered, the whole question decoded again under the selection",
+         mode="kv", layered=True, reread=True),
     Cond("epi-kv-layered-wide", "epi kv mode, --layered over a pool 3x the answer context, in lanes (--pool)",
          mode="kv", layered=True, pool=3),
     Cond("epi-text-nb0", "epi text mode, no neighbours (nb=0)", mode="text", nb=0),
@@ -473,6 +476,8 @@ class Harness:
     def ask(self, h: StoreHandle, q: gen.Question, c: Cond) -> dict:
         """One answer through Workspace.ask, stopped after ANSWER_MAX_TOKENS pieces (the stream's tokens)."""
         h.ws.layered_pool = c.pool * h.ws.room()
+        if c.layered:
+            h.ws.answerer("kv", h.store, layered=True).reread_question = c.reread
         _, row = ask_once(h.ws, h.store, q.question, q.gold_text, h.warnings, k=c.k, mode=c.mode, neighbours=c.nb,
                           epman=c.epman, layered=c.layered)
         return {"mode": row["mode"], "kv": h.kind if row["mode"] == "kv" else None, "k": c.k, "neighbours": c.nb,

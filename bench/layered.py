@@ -1,18 +1,23 @@
 """Per-layer block selection (`--layered`) against kv mode, side by side in one run, on the held-out sets and on
 generated passkey/needle haystacks.
 
-Every question is asked in four conditions, one after another on the same store:
+Every question is asked in these conditions, one after another on the same store, in this order:
 - `kv`          today's default: the 2 best-matching sentences of the k=3 retrieved events, behind the sink;
 - `kv-whole`    the k=3 retrieved events' blocks whole (`--whole`): every layer sees them all (~1.5-3k tokens);
-- `pool-whole`  the layered pool (12 hits + neighbours, up to the answer context) loaded, every layer sees all of it:
-                what a larger pool alone does, and the cost baseline for the selection (same cells, no masks);
-- `layered`     the same pool; every layer sees kv-whole's events first, then the pool blocks its own question query
-                selects (engine/layered.py), LAYER_BUDGET tokens in all (kv mode's cap);
+- `layered`     the layered pool (12 hits + neighbours, up to the answer context), loaded cold; every layer sees
+                kv-whole's events first, then the pool blocks its own question query selects (engine/layered.py),
+                LAYER_BUDGET tokens in all (kv mode's cap); the question is read with kv-whole's events, its last
+                token again under the selection;
+- `layered-reread` the same, the whole question decoded again under the selection (the design before 2026-11-24);
+                it finds the pool in place, so its first token has no loading in it;
+- `pool-whole`  the same pool, every layer sees all of it: what a larger pool alone does, and the cost baseline for
+                the selection (same cells, no masks);
 - `layered-wide` as `layered` over a pool WIDE_POOL times larger (~21k tokens) than the answer context holds, laid
                 out in lanes that share positions (InfLLM's memory beyond the window): what a larger pool adds.
 Scores: contains-match of the gold answer; `src` = the gold excerpt lies inside the events read (the pool for the
 two pool conditions); `sel` = for layered, the share of layers whose visible blocks hold the gold excerpt (among
-questions whose pool holds it). Cost: first token (s) and decode speed (tokens/s after the first), medians.
+questions whose pool holds it). Cost: first token (s) and decode speed (tokens/s after the first), medians; for the
+selecting conditions the first token's two parts, loading the pool and the probe (`load_s`, `probe_s`).
 
     python bench/layered.py [--only SET ...] [--needles 16000 32000] [--out docs/layered.md] [--limit N]
 """
@@ -36,16 +41,20 @@ from episodic_cli.store import Store, StoreError  # noqa: E402
 from episodic_cli.engine.workspace import LAYER_BUDGET, Workspace  # noqa: E402
 
 ANSWER_MAX_TOKENS = 48
-CONDITIONS = ("kv", "kv-whole", "pool-whole", "layered", "layered-wide")
+# In this order for each question: layered loads its pool cold (after kv mode's own context), layered-reread and
+# pool-whole then find the same pool in place.
+CONDITIONS = ("kv", "kv-whole", "layered", "layered-reread", "pool-whole", "layered-wide")
 WIDE_POOL = 3  # layered-wide's pool, in answer contexts' room
 NEEDLE_DEPTHS = [0.1, 0.3, 0.5, 0.7, 0.9]
 
 
 def ask(ws: Workspace, store, question: str, answer: str, gold: str, condition: str) -> dict:
-    layered = condition in ("pool-whole", "layered", "layered-wide")
+    layered = condition in ("pool-whole", "layered", "layered-reread", "layered-wide")
     ws.layered_pool = WIDE_POOL * ws.room() if condition == "layered-wide" else 0
     if layered:  # the pool's blocks all visible, or each layer's own choice
-        ws.answerer("kv", store, layered=True).budget = 10**9 if condition == "pool-whole" else LAYER_BUDGET
+        answerer = ws.answerer("kv", store, layered=True)
+        answerer.budget = 10**9 if condition == "pool-whole" else LAYER_BUDGET
+        answerer.reread_question = condition == "layered-reread"
     warnings: list[str] = []
     result, row = ask_once(ws, store, question, gold, warnings, max_tokens=ANSWER_MAX_TOKENS, mode="kv",
                            narrow=condition == "kv", layered=layered)
@@ -113,11 +122,11 @@ def holds(ws: Workspace, path: Path, log) -> bool:
 
 
 def summary(rows: list[dict]) -> list[str]:
-    selecting = ("layered", "layered-wide")
+    selecting = ("layered", "layered-reread", "layered-wide")
     lines = ["| set | n | " + " | ".join(f"{c}: right / src" for c in CONDITIONS) + " | pool tokens "
              + " / ".join(selecting) + " | sel " + " / ".join(selecting) + " | first token " + " / ".join(CONDITIONS)
-             + " (s) | decode tok/s " + " / ".join(CONDITIONS) + " |",
-             "|---|---|" + "---|" * len(CONDITIONS) + "---|---|---|---|"]
+             + " (s) | decode tok/s " + " / ".join(CONDITIONS) + " | load + probe (s) " + " / ".join(selecting)
+             + " |", "|---|---|" + "---|" * len(CONDITIONS) + "---|---|---|---|---|"]
     for name in dict.fromkeys(r["set"] for r in rows):
         by = {c: [r for r in rows if r["set"] == name and r["condition"] == c] for c in CONDITIONS}
         n = len(by["kv"])
@@ -130,7 +139,9 @@ def summary(rows: list[dict]) -> list[str]:
         lines.append(f"| {name} | {n} | " + " | ".join(cells) + f" | {pools} | {sel} | "
                      + " / ".join(med([r["first_token_s"] for r in by[c]]) for c in CONDITIONS) + " | "
                      + " / ".join(med([r["decode_tps"] for r in by[c] if r["decode_tps"]]) for c in CONDITIONS)
-                     + " |")
+                     + " | " + " / ".join(f"{med([r['layered'].get('load_s', 0) for r in by[c] if r.get('layered')])}"
+                                          f" + {med([r['layered']['probe_s'] for r in by[c] if r.get('layered')])}"
+                                          for c in selecting) + " |")
     total = {c: sum(r["contains"] for r in rows if r["condition"] == c) for c in CONDITIONS}
     n = sum(1 for r in rows if r["condition"] == "kv")
     lines += ["", "All: " + ", ".join(f"{c} {total[c]:.0f} of {n}" for c in CONDITIONS) + "."]

@@ -116,6 +116,39 @@ def test_each_layer_sees_at_most_its_budget_and_the_question_still_answers(engin
 
 
 @needs_patch
+def test_the_question_is_read_with_the_anchors_and_its_last_token_again_under_the_selection(engine, shared_store):
+    """The probe decodes the question with the anchors visible; the answer keeps those cells and decodes only the
+    question's last token again under each layer's selection. When every layer selects exactly the anchors (the
+    probe's own view) that gives the logits of decoding the whole question again, within the flash kernels' rounding
+    (a one-token step against a batch; test_flash_decode.py): a question cell lost or doubled in the cache, or the
+    last token at the wrong position, would move them far more. When the layers select more, the last token reads
+    it: the logits move."""
+    ws = workspace_for(engine, shared_store.store_dir)
+    with Store.open_existing(shared_store.store_dir) as st:
+        pool = ws.retrieve(st, TEXT_QUESTION, 6, pool=True)
+        (best,) = ws.retrieve(st, TEXT_QUESTION, 1, neighbours=0)
+        assert best.event.id in {r.event.id for r in pool} and len(pool) >= 3
+        answerer = ws.answerer("kv", st, layered=True)
+        answerer.anchors = {best.event.id}
+        logits, reports = {}, {}
+        for case, reread, budget in (("reread", True, best.n_tokens), ("kept", False, best.n_tokens),
+                                     ("kept, all selected", False, 10**9)):
+            answerer.reread_question, answerer.budget = reread, budget
+            answerer.reset()
+            answer = Answer()
+            for _ in answerer.stream(TEXT_QUESTION, pool, None, time.perf_counter(), answer, max_tokens=0):
+                pass
+            logits[case], reports[case] = answerer.session.last_logits().copy(), answer.layered
+    ws.close()
+    assert set(reports["kept"].visible_tokens) == {best.n_tokens}  # every layer: the anchor alone
+    assert set(reports["kept, all selected"].visible_blocks) == {len(pool)}
+    assert np.isfinite(logits["kept"]).all()
+    assert np.abs(logits["kept"] - logits["reread"]).max() < 0.1
+    assert logits["kept"].argmax() == logits["reread"].argmax()
+    assert np.abs(logits["kept, all selected"] - logits["kept"]).max() > 0.5
+
+
+@needs_patch
 def test_a_follow_up_with_a_smaller_pool_leaves_no_cell_in_the_old_block_sequences(engine, shared_store):
     """Chat: the second question's pool is smaller; every block sequence it does not use must be empty (a cell left
     in one would stay allocated, and a later pool could hide or show it by mistake)."""

@@ -13,18 +13,21 @@ keys its question query matches best, within a token budget per layer:
    its own token order and no position passes the window the model was trained on. The cells beyond the window
    cost memory (the context is made with room for them) and, with flash attention, little time in a layer that
    hides them.
-3. Probe: the question part is decoded once with retrieval's own events visible (the anchors: kv mode's hits and
+3. Probe: the question part is decoded with retrieval's own events visible (the anchors: kv mode's hits and
    neighbours, which every layer sees first; the whole pool when none is in it) while query_capture reads each
    layer's queries; their mean (rotation undone, as the stored representative keys are) scores every block in
    every layer (native.block_scores) and each layer keeps the best blocks that fit its budget
    (native.select_blocks).
-4. The probe's cells are removed, each layer's hidden blocks are set (layer_visibility: epi's llama.cpp patch), and
-   the question is decoded again; the answer is generated under the same per-layer visibility.
+4. Each layer's hidden blocks are set (layer_visibility: epi's llama.cpp patch) and the question's last token is
+   decoded again under them, so the first answer token and every one after it read what each layer selected. The
+   question's other cells stay as the probe computed them (reading the anchors, as kv mode's question does):
+   decoding the whole question again under the selection (`reread_question`, the design before 2026-11-24) made
+   the first token ~0.3 s later and answered no better (docs/layered.md).
 
 A difference from EM-LLM, where selection happens inside the forward pass: the probe's queries of a layer were
-computed while the layers below it saw the anchors only, not the blocks they will select (one probe per question;
-the question is a few dozen tokens, so the probe costs one short prefill). And where InfLLM gives all retrieved memory
-one position, lanes keep each block's own token order and end right before the question.
+computed while the layers below it saw the anchors only, not the blocks they will select, and the selection serves
+the answer's tokens rather than the question's. And where InfLLM gives all retrieved memory one position, lanes keep
+each block's own token order and end right before the question.
 """
 from __future__ import annotations
 
@@ -64,14 +67,15 @@ class LayeredReport:
     lanes: int = 0  # runs of blocks sharing positions (1: the pool fits the answer context, laid out in order)
     visible_blocks: list[int] = field(default_factory=list)  # per layer
     visible_tokens: list[int] = field(default_factory=list)  # per layer
-    probe_s: float = 0.0
+    load_s: float = 0.0  # putting the pool in the cache: stored blocks loaded, cold ones prepared from text
+    probe_s: float = 0.0  # the question decoded with the anchors, and each layer's selection
     event_ids: list[int] = field(default_factory=list)  # the pool's events, in the order of `visible`'s columns
     visible: np.ndarray | None = None  # bool [n_layer, pool_blocks]
 
     def as_json(self) -> dict:
         return {"pool_blocks": self.pool_blocks, "pool_tokens": self.pool_tokens, "budget_tokens": self.budget_tokens,
                 "lanes": self.lanes, "visible_blocks": self.visible_blocks, "visible_tokens": self.visible_tokens,
-                "probe_s": round(self.probe_s, 4)}
+                "load_s": round(self.load_s, 4), "probe_s": round(self.probe_s, 4)}
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,7 @@ class LayeredAnswerer(KVModeAnswerer):
         self.capture = QueryCapture(model.info.n_layer, n_head, self.rope.head_dim)
         self.budget = budget
         self.anchors: set[int] = set()
+        self.reread_question = False  # decode the whole question again under the selection, not its last token
         self.report = LayeredReport()
         self._rep_keys: dict[bytes, np.ndarray] = {}  # block key -> float16 [n_layer, <= REP_KEYS, n_embd_k]
         self._blocks: list[_Loaded] = []  # the pool in the cache, in prompt order
@@ -171,7 +176,9 @@ class LayeredAnswerer(KVModeAnswerer):
         if span < 0 or any(n > span for _, n in present):
             raise StoreError(TOO_BIG)
         places = lane_places([n for _, n in present], first, span)
+        t_load = time.perf_counter()
         self._assemble(present, places, stored, cold, first, answer)
+        self.report.load_s = time.perf_counter() - t_load
         question_pos = max([first + span] + [b.p1 for b in self._blocks])  # a re-prepared block may have grown
         if question_pos + len(tail.tokens) + max_tokens > self.window:
             raise StoreError(TOO_BIG)
@@ -285,7 +292,8 @@ class LayeredAnswerer(KVModeAnswerer):
     # -- selection ------------------------------------------------------------------------------------------
 
     def _select_and_decode(self, part: _Part, pos: int) -> int:
-        """The probe, each layer's selection, then the question decoded under it at `pos`; the position after it."""
+        """The probe (the question decoded at `pos` with the anchors visible), each layer's selection, then the
+        question's last token (or, with `reread_question`, all of it) decoded again under it; the position after it."""
         pool = self._blocks
         if not pool:  # only events of no tokens were retrieved: nothing to select
             return self.session.prefill(part.tokens, pos)
@@ -306,7 +314,8 @@ class LayeredAnswerer(KVModeAnswerer):
             raise EpiError(f"--layered read {queries.shape[1]} query rows for {len(part.tokens)} question tokens from "
                            "this model's graph; answer without --layered")
         visible = self.select(queries, np.arange(pos, pos + len(part.tokens)), pool)
-        L.llama_memory_seq_rm(self.session.memory, 0, pos, -1)
+        again = 0 if self.reread_question else len(part.tokens) - 1  # the question tokens kept as the probe left them
+        L.llama_memory_seq_rm(self.session.memory, 0, pos + again, -1)
         for layer, row in enumerate(visible):
             layer_visibility.set_hidden_seqs(self.session.ctx, layer, [pool[i].seq for i in np.flatnonzero(~row)])
         sizes = np.array([b.p1 - b.p0 for b in pool])
@@ -316,7 +325,7 @@ class LayeredAnswerer(KVModeAnswerer):
         self.report.visible_blocks = [int(n) for n in visible.sum(axis=1)]
         self.report.visible_tokens = [int(n) for n in (visible * sizes).sum(axis=1)]
         self.report.probe_s = time.perf_counter() - t0
-        return self.session.prefill(part.tokens, pos)
+        return self.session.prefill(part.tokens[again:], pos + again)
 
     def select(self, queries: np.ndarray, positions: np.ndarray, pool: list[_Loaded]) -> np.ndarray:
         """bool [n_layer, n_blocks]: the blocks each layer sees, from the question's post-RoPE queries
