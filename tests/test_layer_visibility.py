@@ -176,7 +176,7 @@ def test_an_unpatched_library_reports_the_feature_off(monkeypatch):
         layer_visibility.set_hidden_seqs(None, 0, [1])
 
 
-def test_doctor_names_a_patched_build_without_the_flash_decode_kernel(monkeypatch):
+def test_doctor_names_a_patched_build_without_epis_flash_kernels(monkeypatch):
     from episodic_cli.engine import diagnostics
 
     assert [diagnostics.patch_level(v) for v in ("0.3.36", "0.3.36+epi1", "0.3.36+epi2", "0.3.36+epi12")] == [0, 1, 2, 12]
@@ -186,5 +186,8 @@ def test_doctor_names_a_patched_build_without_the_flash_decode_kernel(monkeypatc
     monkeypatch.setattr(diagnostics, "llama_cpp_version", lambda: "0.3.36+epi1")
     dated = diagnostics.layered_attention()
     assert "predates epi's flash-decode kernel" in dated and "./install.sh" in dated
+    monkeypatch.setattr(diagnostics, "llama_cpp_version", lambda: "0.3.36+epi2")
+    dated = diagnostics.layered_attention()
+    assert "predates epi's short-prompt flash kernel" in dated and "./install.sh" in dated
     monkeypatch.setattr(layer_visibility, "_functions", None)
     assert "not in this build" in diagnostics.layered_attention()

@@ -17,8 +17,10 @@ from .paths import cache_dir, data_dir, store_path
 from .workspace import Workspace
 
 PINNED_LLAMA_CPP = "0.3.36"
-# install.sh's builds label their patch level: +epi1 has layer-visibility.patch, +epi2 also flash-decode.patch
+# install.sh's builds label their patch level: +epi1 has layer-visibility.patch, +epi2 also flash-decode.patch's
+# decode kernel, +epi3 also its kernel for short prompts (a question decoded as one batch)
 FLASH_DECODE_PATCH_LEVEL = 2
+SHORT_PROMPT_PATCH_LEVEL = 3
 
 
 def patch_level(version: str) -> int:
@@ -31,9 +33,13 @@ def layered_attention() -> str:
     """What this build offers `--layered`, and what to do when it is missing or dated."""
     if not layer_visibility.available():
         return "not in this build (llama.cpp without epi's patch): `--layered` is off; ./install.sh builds the patched one"
-    if patch_level(llama_cpp_version()) < FLASH_DECODE_PATCH_LEVEL:
+    level = patch_level(llama_cpp_version())
+    if level < FLASH_DECODE_PATCH_LEVEL:
         return ("available, but this build predates epi's flash-decode kernel: a `--layered` token costs ~1.2x kv "
                 "mode's on CPU instead of ~0.9x; ./install.sh rebuilds it")
+    if level < SHORT_PROMPT_PATCH_LEVEL:
+        return ("available, but this build predates epi's short-prompt flash kernel: `--layered` reads a question "
+                "~2x slower on CPU than it could; ./install.sh rebuilds it")
     return "available: `--layered` lets each layer attend to the blocks it selects"
 
 
