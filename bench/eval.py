@@ -133,8 +133,8 @@ CONFIGS = {
         nqd_positions=[0, 5, 10, 15, 20, 25, 29], ks=[2, 3, 5, 8], doc_tokens=160,
         kv_kinds={"needle-16384": ["f16", "q4_0"], "factrecall-16384": ["f16", "q4_0"]},
         answers={"passkey": list(CONDITIONS),
-                 "nith": ["epi-text", "epi-kv", "epi-kv+epman", "epi-kv-layered", "epi-kv-layered-wide", *_SWEEP,
-                          "naive"],
+                 "nith": ["epi-text", "epi-kv", "epi-kv+epman", "epi-kv-layered", "epi-kv-layered-reread",
+                          "epi-kv-layered-wide", *_SWEEP, "naive"],
                  "factrecall": list(CONDITIONS), "nqd": list(CONDITIONS)},
         only_at={}),
 }

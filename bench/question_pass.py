@@ -44,6 +44,15 @@ from episodic_cli.engine.query_capture import QueryCapture  # noqa: E402
 from episodic_cli.engine.workspace import Workspace  # noqa: E402
 
 
+def loaded_cpu_backend() -> str:
+    """The path of the libggml-cpu this process runs (LD_LIBRARY_PATH may point at another build's)."""
+    try:
+        maps = Path("/proc/self/maps").read_text().splitlines()
+    except OSError:  # not Linux
+        return "unknown"
+    return next((line.split()[-1] for line in maps if "libggml-cpu" in line), "unknown")
+
+
 def timed_question(session: LlamaSession, start: int, question: np.ndarray, hidden: list[list[int]] | None,
                    capture: QueryCapture | None) -> float:
     """ms to decode `question` as one batch at `start` under `hidden` (per layer), the callback armed if given;
@@ -117,9 +126,10 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"question_tokens": n, "condition": name, "ms": round(med, 1), "over_kv": round(med / base, 3),
                          "rounds_ms": [round(x, 1) for x in ms[(name, n)]]})
     print(f"\n`python bench/question_pass.py {' '.join(argv if argv is not None else sys.argv[1:])}`: llama-cpp-python "
-          f"{llama_cpp_version()}, {threads} thread(s), load average {load_start} -> {load_average()}, wall "
-          f"{time.perf_counter() - t_start:.0f} s; ms to decode the question as one batch, median of {args.rounds} "
-          f"rounds; every layer sees {args.cells:,} tokens of text (layered: of a {n_blocks * BLOCK:,}-token pool)\n")
+          f"{llama_cpp_version()} (CPU backend {loaded_cpu_backend()}), {threads} thread(s), load average "
+          f"{load_start} -> {load_average()}, wall {time.perf_counter() - t_start:.0f} s; ms to decode the question "
+          f"as one batch, median of {args.rounds} rounds; every layer sees {args.cells:,} tokens of text (layered: "
+          f"of a {n_blocks * BLOCK:,}-token pool)\n")
     print("| question tokens | " + " | ".join(f"{c} ms (/ kv)" for c in conditions) + " |\n|---|"
           + "---|" * len(conditions))
     for n in args.lengths:
@@ -127,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {n} | " + " | ".join(f"{r['ms']:.0f} ({r['over_kv']:.2f}x)" for r in cells) + " |")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"args": vars(args) | {"out": str(args.out)}, "llama_cpp": llama_cpp_version(),
+                                    "cpu_backend": loaded_cpu_backend(),
                                     "threads": threads, "load_start": load_start, "load_end": load_average(),
                                     "rows": rows}, indent=1), encoding="utf-8")
     for session in (kv, flash, layered):
