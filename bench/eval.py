@@ -766,8 +766,9 @@ def write_markdown(result: dict, path: Path, heatmap: str | None) -> None:
            "+-1 neighbours covers much of the document), a wrong vault's key is the typical error."]
     if heatmap:
         md += ["", f"![needle heatmap]({heatmap})", "",
-               "Depth x length for the passkey needle: epi's answer in kv and in text mode (contains-match), and "
-               "whether the needle's sentence was among the retrieved events."]
+               "Depth x length for the passkey needle: epi's answer in kv and in text mode (and with --layered "
+               "where this run asked it; contains-match), and whether the needle's sentence was among the retrieved "
+               "events."]
     md += ["", "## Needle: NITH sentence completion", "",
            "Prompt: the needle's first half (\"The best thing to do in CITY is\"); one unique city per depth. "
            "Token F1 is the completion recall the NITH paper reports.", "",
