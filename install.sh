@@ -9,7 +9,7 @@
 #     CMAKE_ARGS="-DGGML_CUDA=on" ./install.sh        (NVIDIA; needs the CUDA toolkit)
 #     ./install.sh                                     (macOS: Metal is on by default)
 #   Its llama.cpp gets epi's patches first (native/llama_cpp/: layer-visibility.patch, per-layer visibility for
-#   --layered; flash-decode.patch, faster CPU flash-attention kernels for decode steps and short prompts), and the built wheel is kept in epi's cache, keyed by the patch and the build flags, so that the
+#   --layered; flash-decode.patch, faster CPU flash-attention kernels for decode steps and prompts), and the built wheel is kept in epi's cache, keyed by the patch and the build flags, so that the
 #   next install reuses it instead of compiling again.
 # - hnswlib: built without -march=native for the same reason.
 set -euo pipefail

@@ -188,6 +188,6 @@ def test_doctor_names_a_patched_build_without_epis_flash_kernels(monkeypatch):
     assert "predates epi's flash-decode kernel" in dated and "./install.sh" in dated
     monkeypatch.setattr(diagnostics, "llama_cpp_version", lambda: "0.3.36+epi2")
     dated = diagnostics.layered_attention()
-    assert "predates epi's short-prompt flash kernel" in dated and "./install.sh" in dated
+    assert "predates epi's flash kernel for prompts" in dated and "./install.sh" in dated
     monkeypatch.setattr(layer_visibility, "_functions", None)
     assert "not in this build" in diagnostics.layered_attention()
