@@ -300,6 +300,7 @@ def test_ask_layered_json_reports_the_pool_and_each_layer(shared_store, monkeypa
     layered = out["layered"]
     assert layered["pool_blocks"] == len([s for s in out["sources"] if s["text"]]) >= 1
     assert len(layered["visible_blocks"]) == len(layered["visible_tokens"]) > 0
+    assert layered["load_s"] > 0 and layered["probe_s"] > 0  # where the first token's time went
     assert out["narrowed"] is False and out["kv_loaded_tokens"] + out["kv_prefilled_tokens"] > 0
 
 
