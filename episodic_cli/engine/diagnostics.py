@@ -20,7 +20,7 @@ PINNED_LLAMA_CPP = "0.3.36"
 # install.sh's builds label their patch level: +epi1 has layer-visibility.patch, +epi2 also flash-decode.patch's
 # decode kernel, +epi3 also its kernel for prompts (a question decoded as one batch)
 FLASH_DECODE_PATCH_LEVEL = 2
-SHORT_PROMPT_PATCH_LEVEL = 3
+PROMPT_KERNEL_PATCH_LEVEL = 3
 
 
 def patch_level(version: str) -> int:
@@ -37,7 +37,7 @@ def layered_attention() -> str:
     if level < FLASH_DECODE_PATCH_LEVEL:
         return ("available, but this build predates epi's flash-decode kernel: a `--layered` token costs ~1.2x kv "
                 "mode's on CPU instead of ~0.9x; ./install.sh rebuilds it")
-    if level < SHORT_PROMPT_PATCH_LEVEL:
+    if level < PROMPT_KERNEL_PATCH_LEVEL:
         return ("available, but this build predates epi's flash kernel for prompts: `--layered` reads a question "
                 "~2x slower on CPU than it could; ./install.sh rebuilds it")
     return "available: `--layered` lets each layer attend to the blocks it selects"
