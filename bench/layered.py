@@ -139,7 +139,7 @@ def summary(rows: list[dict]) -> list[str]:
         lines.append(f"| {name} | {n} | " + " | ".join(cells) + f" | {pools} | {sel} | "
                      + " / ".join(med([r["first_token_s"] for r in by[c]]) for c in CONDITIONS) + " | "
                      + " / ".join(med([r["decode_tps"] for r in by[c] if r["decode_tps"]]) for c in CONDITIONS)
-                     + " | " + " / ".join(f"{med([r['layered'].get('load_s', 0) for r in by[c] if r.get('layered')])}"
+                     + " | " + " / ".join(f"{med([r['layered']['load_s'] for r in by[c] if r.get('layered')])}"
                                           f" + {med([r['layered']['probe_s'] for r in by[c] if r.get('layered')])}"
                                           for c in selecting) + " |")
     total = {c: sum(r["contains"] for r in rows if r["condition"] == c) for c in CONDITIONS}

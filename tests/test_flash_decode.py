@@ -1,8 +1,8 @@
 """epi's flash-decode patch (native/llama_cpp/flash-decode.patch) on the REAL bundled model, CPU: with flash attention
 over more than 512 cells, decode steps (one token at a time: the decode kernel) and a prompt decoded as one batch
-(the rows kernel; a question, and one longer than llama.cpp's 64-row tiles) give logits within a stated tolerance of the softmax path (flash attention
-off), and hiding a block's cells in every layer is bit-identical to the block being absent, as --layered relies
-on."""
+(the rows kernel; a question, and one longer than llama.cpp's 64-row tiles) give logits within a stated tolerance
+of the softmax path (flash attention off), and hiding a block's cells in every layer is bit-identical to the block
+being absent, as --layered relies on."""
 from __future__ import annotations
 
 import numpy as np
@@ -53,14 +53,18 @@ def step_by_step(c: RawContext, tokens) -> np.ndarray:
     return logits
 
 
-def one_batch(c: RawContext, tokens) -> np.ndarray:
-    """The question decoded as one batch (a prompt of fewer than 64 rows); the logits of every token, then removed
-    again."""
-    _, question = tokens
-    assert 2 <= len(question) < 64
-    logits = c.decode(question, TEXT)
+def as_one_batch(c: RawContext, prompt: np.ndarray) -> np.ndarray:
+    """`prompt` decoded as one batch after the text; the logits of every token, then removed again."""
+    logits = c.decode(prompt, TEXT)
     L.llama_memory_seq_rm(c.memory, 0, TEXT, -1)
     return logits
+
+
+def one_batch(c: RawContext, tokens) -> np.ndarray:
+    """The question as one batch: a prompt of fewer than 64 rows."""
+    _, question = tokens
+    assert 2 <= len(question) < 64
+    return as_one_batch(c, question)
 
 
 def long_batch(c: RawContext, tokens) -> np.ndarray:
@@ -68,9 +72,7 @@ def long_batch(c: RawContext, tokens) -> np.ndarray:
     _, question = tokens
     prompt = np.tile(question, 7)
     assert 64 < len(prompt) < 512
-    logits = c.decode(prompt, TEXT)
-    L.llama_memory_seq_rm(c.memory, 0, TEXT, -1)
-    return logits
+    return as_one_batch(c, prompt)
 
 
 QUESTION_PASSES = pytest.mark.parametrize("question_pass", [step_by_step, one_batch, long_batch],
