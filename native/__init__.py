@@ -1,15 +1,17 @@
 """Native kernels for epi's hot paths. Each kernel has a numpy twin in `reference.py` that the tests compare against."""
 from __future__ import annotations
 
-import numpy as np
-
+from dataclasses import dataclass
 from typing import Literal
+
+import numpy as np
 
 from ._kernels import assemble_state_blob as _assemble_state_blob
 from ._kernels import block_scores as _block_scores
 from ._kernels import dequantize as _dequantize
 from ._kernels import eval_gate_address as _eval_gate_address
 from ._kernels import quantize as _quantize
+from ._kernels import rope_shift_fused_default
 from ._kernels import scale_rows as _scale_rows
 from ._kernels import select_blocks as _select_blocks
 from ._kernels import surprise as _surprise
@@ -88,17 +90,35 @@ def state_blob_size(n_layer: int, n_cells: int, n_embd_k: int, n_embd_v: int) ->
     return 16 + 12 * n_cells + 8 + n_layer * (24 + 2 * n_cells * (n_embd_k + n_embd_v))
 
 
+@dataclass(frozen=True)
+class RopeShift:
+    """Move a block `delta` positions and rotate its K rows by that much, as llama.cpp's K-shift does (ggml's RoPE
+    with the shift as position; plain RoPE only: no YaRN, frequency factors or attention factor)."""
+
+    delta: int
+    head_dim: int       # values per KV head in a K row
+    n_rot: int          # leading dimensions of each head that RoPE rotates
+    neox: bool          # pairs (i, i + n_rot/2); otherwise (2i, 2i + 1)
+    freq_base: float
+    freq_scale: float
+    fused: bool         # x0*c - x1*s with one rounding, as a llama.cpp built for an FMA CPU: rope_shift_fused_default()
+
+    def as_args(self) -> tuple:
+        return (self.delta, self.head_dim, self.n_rot, int(self.neox), self.freq_base, self.freq_scale, self.fused)
+
+
 def assemble_state_blob(kind: QuantKind, positions: np.ndarray, k_rows: np.ndarray, v_rows: np.ndarray, n_layer: int,
                         n_cells: int, n_embd_k: int, n_embd_v: int, v_trans: bool, src_seq: int, cell_seq: int,
-                        v_scale: float = 1.0) -> np.ndarray:
+                        v_scale: float = 1.0, shift: RopeShift | None = None) -> np.ndarray:
     """llama.cpp's state blob (uint8) from an epi payload's sections, read in place: `positions` (n_cells <i4 bytes),
     `k_rows` / `v_rows` ([n_layer, n_cells] rows of `kind`, contiguous uint8). V is scaled when v_scale != 1.0.
-    The numpy reference is kv_memory.build_state_blob(kv_memory.decode_block(payload, v_scale=v_scale))."""
+    The numpy reference is kv_memory.build_state_blob(kv_memory.decode_block(payload, v_scale=v_scale)); with a
+    `shift`, its positions move by shift.delta and its K is reference.rope_shift_k(k, shift)."""
     _block_shape(kind, n_embd_k)
     _block_shape(kind, n_embd_v)
     out = np.empty(state_blob_size(n_layer, n_cells, n_embd_k, n_embd_v), dtype=np.uint8)
     _assemble_state_blob(kind, positions, k_rows, v_rows, n_layer, n_cells, n_embd_k, n_embd_v, v_trans, src_seq,
-                         cell_seq, float(v_scale), out)
+                         cell_seq, float(v_scale), None if shift is None else shift.as_args(), out)
     return out
 
 

@@ -94,6 +94,43 @@ def scale_rows(x: np.ndarray, factors: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------------------------- state blob assembly
 # assemble_state_blob has no twin here: its reference is episodic_cli.engine.kv_memory's own numpy path,
 # build_state_blob(decode_block(payload, v_scale=s)), which tests/test_native_assemble.py compares byte for byte.
+# With a RopeShift, its K becomes rope_shift_k(K, shift) and its positions move by shift.delta.
+
+
+def rope_angles(shift) -> tuple[np.ndarray, np.ndarray]:
+    """cos, sin (float32 [n_rot / 2]) of each rotated pair's angle for shift.delta, as ggml's rope cache: the angle
+    walks down in float32 (theta *= freq_base ** (-2 / n_rot)); cos and sin are taken in float64 and rounded, so they
+    are the correctly rounded values, where C's cosf / sinf may be 1 ulp off in a few cases."""
+    theta_scale = np.float32(shift.freq_base) ** np.float32(-2.0 / shift.n_rot)  # rounded as C's powf, measured
+    theta = np.empty(shift.n_rot // 2, dtype=np.float32)
+    t = np.float32(shift.delta)
+    for j in range(len(theta)):
+        theta[j] = t
+        t = np.float32(t * theta_scale)
+    angle = (np.float32(shift.freq_scale) * theta).astype(np.float64)
+    return np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
+
+
+def rope_shift_k(k: np.ndarray, shift) -> np.ndarray:
+    """float16 K rows [..., n_heads * head_dim] rotated by shift.delta positions as llama.cpp's K-shift computes it:
+    each rotated pair (NEOX: i, i + n_rot/2; NORM: 2i, 2i + 1) in float32, then rounded to float16. `fused` takes
+    x0*c - x1*s with one rounding (the exact product x0*c in float64, so double rounding is possible only on ties)."""
+    x = np.asarray(k, dtype=np.float16).astype(np.float32)
+    x = x.reshape(*x.shape[:-1], -1, shift.head_dim).copy()
+    cos, sin = rope_angles(shift)
+    half = shift.n_rot // 2
+    if shift.neox:
+        a, b = x[..., :half], x[..., half:shift.n_rot]
+    else:
+        a, b = x[..., 0:shift.n_rot:2], x[..., 1:shift.n_rot:2]
+    x0, x1 = a.copy(), b.copy()
+    if shift.fused:
+        a[...] = (x0.astype(np.float64) * cos - (x1 * sin).astype(np.float64)).astype(np.float32)
+        b[...] = (x0.astype(np.float64) * sin + (x1 * cos).astype(np.float64)).astype(np.float32)
+    else:
+        a[...] = x0 * cos - x1 * sin
+        b[...] = x0 * sin + x1 * cos
+    return x.reshape(np.shape(k)).astype(np.float16)
 
 
 # ---------------------------------------------------------------------------------- per-layer block selection

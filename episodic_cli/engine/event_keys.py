@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import llama_cpp as L
 import numpy as np
 
+from .. import native
+from .gguf import GGUFHeaderError, read_gguf_header
 from .kv_memory import ParsedBlock
 from .llama_backend import LlamaModel
 
@@ -31,6 +33,16 @@ class RopeParams:
     freq_base: float
     freq_scale: float   # linear position scaling (YaRN's per-dimension corrections are not undone)
     neox: bool          # NEOX rotates dimension pairs (i, i + n_rot/2), NORM rotates (2i, 2i + 1)
+    # ggml's plain RoPE on every layer: NORM or NEOX, no YaRN, frequency factors, attention factor or per-layer base.
+    # Only then does epi rotate K itself when it moves a block (k_shift); otherwise llama.cpp's K-shift does it.
+    plain: bool = False
+
+
+# Metadata that makes RoPE more than plain (YaRN / LongRoPE factors, sliding-window layers with their own base, MLA's
+# split keys), and the tensors that carry per-dimension frequency factors (Llama 3.1's rope_freqs, Phi-3's factors).
+_NOT_PLAIN_KEYS = ("rope.scaling.attn_factor", "rope.freq_base_swa", "attention.sliding_window",
+                   "attention.kv_lora_rank", "rope.scaling.yarn_log_multiplier")
+_FREQ_FACTOR_TENSORS = ("rope_freqs", "rope_factors")
 
 
 def rope_params(model: LlamaModel) -> RopeParams:
@@ -39,10 +51,35 @@ def rope_params(model: LlamaModel) -> RopeParams:
     head_dim = int(key_length) if key_length else model.info.n_embd // max(L.llama_model_n_head(model.ptr), 1)
     n_rot = model.meta(f"{arch}.rope.dimension_count")
     base = model.meta(f"{arch}.rope.freq_base")
+    rope_type = L.llama_model_rope_type(model.ptr)
     return RopeParams(head_dim=head_dim, n_rot=int(n_rot) if n_rot else head_dim,
                       freq_base=float(base) if base else 10000.0,
                       freq_scale=float(L.llama_model_rope_freq_scale_train(model.ptr)) or 1.0,
-                      neox=L.llama_model_rope_type(model.ptr) == L.LLAMA_ROPE_TYPE_NEOX)
+                      neox=rope_type == L.LLAMA_ROPE_TYPE_NEOX,
+                      plain=rope_type in (L.LLAMA_ROPE_TYPE_NORM, L.LLAMA_ROPE_TYPE_NEOX) and _plain_rope(model))
+
+
+def _plain_rope(model: LlamaModel) -> bool:
+    arch = model.info.architecture
+    if model.meta(f"{arch}.rope.scaling.type") not in (None, "none", "linear"):
+        return False
+    if any(model.meta(f"{arch}.{key}") is not None for key in _NOT_PLAIN_KEYS):
+        return False
+    try:  # the tensor table (~35 ms for the bundled model, once per process)
+        names = read_gguf_header(model.path).tensor_names
+    except (GGUFHeaderError, OSError):
+        return False
+    return not any(part in name for name in names for part in _FREQ_FACTOR_TENSORS)
+
+
+def k_shift(rope: RopeParams) -> native.RopeShift | None:
+    """How to rotate K for a block moved to a new position (delta 0 here; kv_memory sets it), or None when the
+    model's RoPE is not plain and the move is left to llama.cpp's K-shift at the next decode."""
+    if not rope.plain or rope.n_rot > rope.head_dim or rope.n_rot % 2:
+        return None
+    return native.RopeShift(delta=0, head_dim=rope.head_dim, n_rot=rope.n_rot, neox=rope.neox,
+                            freq_base=rope.freq_base, freq_scale=rope.freq_scale,
+                            fused=native.rope_shift_fused_default())
 
 
 def unrotated_keys(k: np.ndarray, positions: np.ndarray, rope: RopeParams) -> np.ndarray:

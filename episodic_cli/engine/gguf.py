@@ -43,6 +43,7 @@ class GGUFHeader:
     n_params: int             # elements of all tensors
     data_bytes_needed: int    # the smallest file size that holds every tensor the header lists
     file_bytes: int
+    tensor_names: tuple[str, ...] = ()
 
     @property
     def truncated(self) -> bool:
@@ -167,8 +168,10 @@ def _parse(r: _Reader, size: int) -> GGUFHeader:
             alignment = value
     n_params = 0
     data_end = 0  # relative to the start of the tensor data
+    names = []
     for _ in range(n_tensors):
         name = r.string("tensor name").decode("utf-8", "replace")
+        names.append(name)
         n_dims = r.unpack("<I", f"dimension count of {name}")
         if not 1 <= n_dims <= _MAX_DIMS:
             raise GGUFHeaderError(f"tensor {name} has {n_dims} dimensions")
@@ -181,7 +184,7 @@ def _parse(r: _Reader, size: int) -> GGUFHeader:
         per_block, block_bytes = _TENSOR_BLOCKS.get(ggml_type, (1, 0))
         data_end = max(data_end, offset + -(-elements // per_block) * block_bytes)
     data_start = -(-r.pos // alignment) * alignment
-    return GGUFHeader(version, n_tensors, file_type, n_params, data_start + data_end, size)
+    return GGUFHeader(version, n_tensors, file_type, n_params, data_start + data_end, size, tuple(names))
 
 
 def describe_damage(path: Path) -> str | None:

@@ -9,6 +9,8 @@ Three layers, all on llama.cpp's public API (anchors.md B.1-B.5):
   f16, q8_0 or q4_0 (ggml-identical kernels in `native`), one row = one cell's n_embd_gqa values of one layer.
 * `load_block` writes a blob into the staging sequence, moves its positions with `seq_add` (llama.cpp re-rotates K
   inside the next decode: the K-shift), hands the cells to the destination sequence and empties the staging one.
+  A blob that `state_blob_from_payload` already moved (`move_to`: K rotated natively as the block is assembled)
+  needs no `seq_add`, and the next decode no K-shift pass.
 
 Blob layout of llama-cpp-python 0.3.36 (vendor llama.cpp src/llama-context.cpp `state_seq_get_data` and
 src/llama-kv-cache.cpp `state_write`), little-endian:
@@ -342,19 +344,27 @@ def decode_block(payload: bytes | bytearray | memoryview | np.ndarray, kind: str
 
 
 def state_blob_from_payload(payload: bytes | bytearray | memoryview | np.ndarray, v_scale: float = 1.0, *,
-                            kind: str | None = None, v_trans: bool | None = None) -> np.ndarray:
+                            kind: str | None = None, v_trans: bool | None = None, move_to: int | None = None,
+                            rope: native.RopeShift | None = None) -> np.ndarray:
     """The state blob `load_block` takes, built by the native kernel straight from the payload's bytes (no
     intermediate arrays): byte-identical to `build_state_blob(decode_block(payload, kind, v_scale))`, its reference.
     `v_trans`: V's layout in the blob, which must be the destination context's (transposed unless flash attention
     is on; `session_v_trans`); None keeps the layout the block was captured in. Payload rows are per cell either
-    way, so a block captured with flash attention off loads into a context with it on, and back."""
+    way, so a block captured with flash attention off loads into a context with it on, and back.
+    `move_to` with `rope` (event_keys.k_shift: the model's plain RoPE): the block's first position becomes `move_to`
+    and K is rotated to the new positions here, as llama.cpp's K-shift would rotate it inside the next decode; the
+    blob then loads at its place with nothing left to shift (that pass re-rotates every cell of the cache)."""
     buf, lay = _payload_layout(payload, kind)
     if lay.n_cells == 0:
         raise KVFormatError("a block needs at least one cell")
     positions, k_rows, v_rows = lay.sections(buf)
+    shift = None
+    if move_to is not None and rope is not None:
+        delta = move_to - int(positions.view("<i4").min())
+        shift = replace(rope, delta=delta) if delta else None
     return native.assemble_state_blob(lay.kind, positions, k_rows, v_rows, lay.n_layer, lay.n_cells, lay.n_embd_k,
                                       lay.n_embd_v, lay.v_trans if v_trans is None else v_trans, lay.src_seq,
-                                      lay.cell_seq, v_scale)
+                                      lay.cell_seq, v_scale, shift)
 
 
 def session_v_trans(session) -> bool:

@@ -7,7 +7,8 @@ The prompt is the chat template rendered around placeholders, in three parts:
 * The sink (EM-LLM's attention-sink block, shared by every answer) is decoded once per model and prompt version
   and kept as an f16 block in the cache directory, so a fresh `epi ask` loads it instead of decoding it.
 * Each retrieved event's block is loaded from the answer model's KV tier at the next position, in the prompt's order
-  (best hit last; llama.cpp re-rotates K: K-shift).
+  (best hit last). K is rotated to the new positions as the block is assembled (native/src/rope_shift.c, the same
+  bits as llama.cpp's K-shift, which still does it for models whose RoPE is not plain).
 * An event whose block the tier does not hold (cold: another model than the one that ingested, a budget that kept
   only part of the archive, a damaged block) is prefilled from its text in place, at its packed position in the same
   cache (consecutive cold events in one prefill); its cells are then captured and offered to the tier, so the next
@@ -28,15 +29,17 @@ from pathlib import Path
 import llama_cpp as L
 import numpy as np
 
+from ..native import RopeShift
 from ..store import StoreError
 from ..store.kv_tier import BlockCorruptError, StoredBlock, block_key
 from .answer import ANSWER_TOKENS, SYSTEM_PROMPT, Answer, clean_question, stream_into
-from .short_answer import SPAN_SEQUENCES
+from .event_keys import k_shift
 from .kv_capture import BlockKeeper, read_cells
 from .kv_memory import (KVFormatError, ParsedBlock, decode_block, encode_block, load_block, session_v_trans,
                         state_blob_from_payload)
 from .llama_backend import INGEST_BATCH, LlamaModel, LlamaSession
 from .retrieve import RetrievedEvent, owning_hit
+from .short_answer import SPAN_SEQUENCES
 
 _MARK = "\x1f"  # splits the rendered template at block places; no document or question text keeps control characters
 TOO_BIG = "the retrieved events do not fit the answer context; lower -k"
@@ -103,6 +106,9 @@ class KVModeAnswerer:
         self.warn = warn or (lambda message: None)
         self.sink_dir = sink_dir
         self.on_prepare = on_prepare
+        # K rotated to a block's new place while it is assembled, where the model's RoPE allows it (None: llama.cpp's
+        # K-shift re-rotates every cell of the cache inside the next decode; the benchmarks set None to compare)
+        self.k_shift: RopeShift | None = k_shift(keeper.rope)
         self._layout: list[tuple[tuple, int]] = []  # (part key, position after it) of what sequence 0 holds
 
     def _new_session(self, n_ctx: int, n_threads: int | None) -> LlamaSession:
@@ -228,7 +234,8 @@ class KVModeAnswerer:
         if pos + block.n_tokens + ANSWER_TOKENS > self.session.n_ctx:
             raise StoreError(TOO_BIG)
         try:
-            blob = state_blob_from_payload(block.payload, part.v_scale, v_trans=session_v_trans(self.session))
+            blob = state_blob_from_payload(block.payload, part.v_scale, v_trans=session_v_trans(self.session),
+                                           move_to=pos, rope=self.k_shift)
             end = load_block(self.session, blob, 0, pos)
         except KVFormatError as exc:
             self._discard(part, str(exc))

@@ -255,7 +255,8 @@ class LayeredAnswerer(KVModeAnswerer):
         """A stored block into the empty sequence `seq` at `p0`; False when it does not fit this cache after all
         (it is then removed from the tier, to be prepared from text)."""
         try:
-            blob = state_blob_from_payload(block.payload, part.v_scale, v_trans=session_v_trans(self.session))
+            blob = state_blob_from_payload(block.payload, part.v_scale, v_trans=session_v_trans(self.session),
+                                           move_to=p0, rope=self.k_shift)
             load_block(self.session, blob, seq, p0)
         except KVFormatError as exc:
             self._discard(part, str(exc))

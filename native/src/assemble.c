@@ -2,6 +2,7 @@
  * output is the same on any host and payload/blob offsets need no alignment. */
 #include "assemble.h"
 #include "quant.h"
+#include "rope_shift.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -115,7 +116,8 @@ static void row_to_f16(epi_row_kind kind, const uint8_t *src, int64_t n, int sca
 
 int epi_assemble_state_blob(epi_row_kind kind, const uint8_t *positions, const uint8_t *k_rows, const uint8_t *v_rows,
                             int64_t n_layer, int64_t n_cells, int64_t n_embd_k, int64_t n_embd_v, int v_trans,
-                            int32_t src_seq, int32_t cell_seq, double v_scale, uint8_t *out)
+                            int32_t src_seq, int32_t cell_seq, double v_scale, const epi_rope_shift *shift,
+                            uint8_t *out)
 {
     const int64_t kb = epi_payload_row_bytes(kind, n_embd_k), vb = epi_payload_row_bytes(kind, n_embd_v);
     const int64_t n_tmp = n_embd_k > n_embd_v ? n_embd_k : n_embd_v;
@@ -125,21 +127,31 @@ int epi_assemble_state_blob(epi_row_kind kind, const uint8_t *positions, const u
     uint8_t *tile = (uint8_t *)(tmp + n_tmp);
     const int v_scaled = v_scale != 1.0;
     const float scale = (float)v_scale;
+    float angles[EPI_ROPE_MAX_ROT];
+    if (shift) epi_rope_shift_cache(shift, angles);
+    const int32_t delta = shift ? shift->delta : 0;
 
     uint8_t *p = put_u32(out, IO_MAGIC);
     p = put_u32(p, (uint32_t)src_seq);
     p = put_u32(p, 1u);                                          /* n_stream: unified cache */
     p = put_u32(p, (uint32_t)n_cells);
     for (int64_t c = 0; c < n_cells; c++) {
-        memcpy(p, positions + 4 * c, 4);                        /* little-endian i32 in both formats */
-        p = put_u32(put_u32(p + 4, 1u), (uint32_t)cell_seq);
+        const uint32_t pos = (uint32_t)positions[4 * c] | (uint32_t)positions[4 * c + 1] << 8 |
+                             (uint32_t)positions[4 * c + 2] << 16 | (uint32_t)positions[4 * c + 3] << 24;
+        p = put_u32(put_u32(put_u32(p, pos + (uint32_t)delta), 1u), (uint32_t)cell_seq);  /* i32 wraps as C's u32 */
     }
     p = put_u32(put_u32(p, v_trans ? 1u : 0u), (uint32_t)n_layer);
 
     for (int64_t l = 0; l < n_layer; l++) {
         p = put_u64(put_u32(p, GGML_TYPE_F16), (uint64_t)(2 * n_embd_k));
-        for (int64_t c = 0; c < n_cells; c++, p += 2 * n_embd_k)
+        for (int64_t c = 0; c < n_cells; c++, p += 2 * n_embd_k) {
             row_to_f16(kind, k_rows + (l * n_cells + c) * kb, n_embd_k, 0, 1.0f, tmp, p);
+            if (!shift) continue;
+            /* as llama.cpp's K-shift: the f16 row read back, rotated in float32, rounded to f16 again */
+            f16_row_to_f32(p, n_embd_k, tmp);
+            epi_rope_shift_row(shift, angles, tmp, n_embd_k);
+            f32_row_to_f16(tmp, n_embd_k, p);
+        }
     }
 
     for (int64_t l = 0; l < n_layer; l++) {

@@ -151,7 +151,9 @@ PyDoc_STRVAR(assemble_state_blob_doc,
 "                    cell_seq, v_scale, out)\n\n"
 "Write llama.cpp's sequence state blob for an epi payload's sections into buffer out (exactly the blob's size):\n"
 "positions (n_cells little-endian i32), k_rows / v_rows ([n_layer, n_cells] rows of `kind`: f16, q8_0, q4_0).\n"
-"K and V become f16, V is multiplied by v_scale when v_scale != 1.0 and transposed when v_trans. Releases the GIL.");
+"K and V become f16, V is multiplied by v_scale when v_scale != 1.0 and transposed when v_trans.\n"
+"shift: None, or (delta, head_dim, n_rot, neox, freq_base, freq_scale, fused): every position moves by delta and K\n"
+"is rotated by it as llama.cpp's K-shift does (rope_shift.h). Releases the GIL.");
 
 /* a * b for non-negative sizes, -1 on overflow */
 static Py_ssize_t size_mul(Py_ssize_t a, Py_ssize_t b)
@@ -163,13 +165,25 @@ static Py_ssize_t size_mul(Py_ssize_t a, Py_ssize_t b)
 static PyObject *py_assemble_state_blob(PyObject *self, PyObject *args)
 {
     const char *kind_name;
-    PyObject *pos_obj, *k_obj, *v_obj, *out_obj;
+    PyObject *pos_obj, *k_obj, *v_obj, *shift_obj, *out_obj;
     Py_ssize_t n_layer, n_cells, n_embd_k, n_embd_v;
     int v_trans, src_seq, cell_seq;
     double v_scale;
     (void)self;
-    if (!PyArg_ParseTuple(args, "sOOOnnnnpiidO", &kind_name, &pos_obj, &k_obj, &v_obj, &n_layer, &n_cells, &n_embd_k,
-                          &n_embd_v, &v_trans, &src_seq, &cell_seq, &v_scale, &out_obj)) return NULL;
+    if (!PyArg_ParseTuple(args, "sOOOnnnnpiidOO", &kind_name, &pos_obj, &k_obj, &v_obj, &n_layer, &n_cells, &n_embd_k,
+                          &n_embd_v, &v_trans, &src_seq, &cell_seq, &v_scale, &shift_obj, &out_obj)) return NULL;
+    epi_rope_shift shift = {0};
+    const int shifted = shift_obj != Py_None;
+    if (shifted) {
+        if (!PyArg_ParseTuple(shift_obj, "iiiiffp;shift must be (delta, head_dim, n_rot, neox, freq_base, freq_scale, "
+                              "fused)", &shift.delta, &shift.head_dim, &shift.n_rot, &shift.neox, &shift.freq_base,
+                              &shift.freq_scale, &shift.fused)) return NULL;
+        if (!epi_rope_shift_valid(&shift, n_embd_k)) {
+            PyErr_Format(PyExc_ValueError, "assemble_state_blob: cannot rotate K rows of %zd values by heads of %d "
+                         "with %d rotated dimensions", n_embd_k, (int)shift.head_dim, (int)shift.n_rot);
+            return NULL;
+        }
+    }
     epi_row_kind kind;
     if (strcmp(kind_name, "f16") == 0) kind = EPI_ROWS_F16;
     else if (strcmp(kind_name, "q8_0") == 0) kind = EPI_ROWS_Q8_0;
@@ -208,7 +222,7 @@ static PyObject *py_assemble_state_blob(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     rc = epi_assemble_state_blob(kind, (const uint8_t *)pos.buf, (const uint8_t *)k.buf, (const uint8_t *)v.buf,
                                  n_layer, n_cells, n_embd_k, n_embd_v, v_trans, (int32_t)src_seq, (int32_t)cell_seq,
-                                 v_scale, (uint8_t *)out.buf);
+                                 v_scale, shifted ? &shift : NULL, (uint8_t *)out.buf);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&pos); PyBuffer_Release(&k); PyBuffer_Release(&v); PyBuffer_Release(&out);
     if (rc != 0) return PyErr_NoMemory();
@@ -298,7 +312,18 @@ static PyObject *py_eval_gate_address(PyObject *self, PyObject *args)
     return PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)&epi_eval_gate);
 }
 
+PyDoc_STRVAR(rope_shift_fused_default_doc,
+"rope_shift_fused_default() -> bool\n\n"
+"Whether llama.cpp built for this CPU fuses RoPE's multiply-adds (x86 with FMA, arm64): the `fused` to shift with.");
+
+static PyObject *py_rope_shift_fused_default(PyObject *self, PyObject *unused)
+{
+    (void)self; (void)unused;
+    return PyBool_FromLong(epi_rope_shift_fused_default());
+}
+
 static PyMethodDef methods[] = {
+    {"rope_shift_fused_default", py_rope_shift_fused_default, METH_NOARGS, rope_shift_fused_default_doc},
     {"eval_gate_address", py_eval_gate_address, METH_NOARGS, eval_gate_address_doc},
     {"surprise", py_surprise, METH_VARARGS, surprise_doc},
     {"quantize", py_quantize, METH_VARARGS, quantize_doc},
