@@ -125,7 +125,7 @@ def _pad(n: int) -> int:
     return (-n) % ALIGNMENT
 
 
-def _tensors(rng: np.random.Generator, n_vocab: int) -> list[tuple[str, np.ndarray]]:
+def _tensors(rng: np.random.Generator, n_vocab: int, biases: bool) -> list[tuple[str, np.ndarray]]:
     kv = N_HEAD_KV * HEAD_DIM
 
     def mat(rows: int, cols: int, scale: float = 0.02) -> np.ndarray:  # numpy (rows, cols) == ggml ne [cols, rows]
@@ -148,29 +148,37 @@ def _tensors(rng: np.random.Generator, n_vocab: int) -> list[tuple[str, np.ndarr
             (p + "ffn_up.weight", mat(N_FF, N_EMBD, 0.1)),
             (p + "ffn_down.weight", mat(N_EMBD, N_FF, 0.05)),
         ]
+        if biases:  # Qwen2's attention has Q/K/V biases (required by llama.cpp's qwen2 loader)
+            out += [(p + "attn_q.bias", mat(1, N_EMBD)[0].astype("<f4")), (p + "attn_k.bias", mat(1, kv)[0].astype("<f4")),
+                    (p + "attn_v.bias", mat(1, kv)[0].astype("<f4"))]
     return out
 
 
-def write_tiny_model(path: Path, seed: int = 0, space_prefix: bool = False) -> Path:
+def write_tiny_model(path: Path, seed: int = 0, space_prefix: bool = False, arch: str = "llama",
+                     rope_freqs: np.ndarray | None = None, extra_meta: dict | None = None) -> Path:
     """Write the tiny chat model to `path` (byte-identical for a given seed) and return the path. `space_prefix`:
-    SentencePiece's default (Llama 2 and others), for tests of what it changes."""
+    SentencePiece's default (Llama 2 and others), for tests of what it changes. `arch`: "llama" (NORM RoPE) or
+    "qwen2" (NEOX RoPE, Q/K/V biases). `rope_freqs`: per-pair RoPE frequency factors (float32 [HEAD_DIM / 2], the
+    `rope_freqs.weight` tensor Llama 3.1 files carry). `extra_meta`: more metadata ("{arch}." keys included)."""
+    if arch not in ("llama", "qwen2"):
+        raise ValueError(f"unsupported tiny architecture {arch!r}")
     path = Path(path)
     tokens, scores, types = vocabulary()
     n_vocab = len(tokens)
     meta = {
-        "general.architecture": "llama",
+        "general.architecture": arch,
         "general.name": "epi-tiny-spm",
         "general.alignment": ALIGNMENT,
-        "llama.vocab_size": n_vocab,
-        "llama.context_length": N_CTX_TRAIN,
-        "llama.embedding_length": N_EMBD,
-        "llama.block_count": N_LAYER,
-        "llama.feed_forward_length": N_FF,
-        "llama.attention.head_count": N_HEAD,
-        "llama.attention.head_count_kv": N_HEAD_KV,
-        "llama.attention.layer_norm_rms_epsilon": 1e-5,
-        "llama.rope.dimension_count": HEAD_DIM,
-        "llama.rope.freq_base": 10000.0,
+        f"{arch}.vocab_size": n_vocab,
+        f"{arch}.context_length": N_CTX_TRAIN,
+        f"{arch}.embedding_length": N_EMBD,
+        f"{arch}.block_count": N_LAYER,
+        f"{arch}.feed_forward_length": N_FF,
+        f"{arch}.attention.head_count": N_HEAD,
+        f"{arch}.attention.head_count_kv": N_HEAD_KV,
+        f"{arch}.attention.layer_norm_rms_epsilon": 1e-5,
+        f"{arch}.rope.dimension_count": HEAD_DIM,
+        f"{arch}.rope.freq_base": 10000.0,
         "tokenizer.ggml.model": "llama",
         "tokenizer.ggml.tokens": tokens,
         "tokenizer.ggml.scores": scores,
@@ -185,7 +193,10 @@ def write_tiny_model(path: Path, seed: int = 0, space_prefix: bool = False) -> P
         "tokenizer.ggml.add_space_prefix": space_prefix,
         "tokenizer.chat_template": CHATML_TEMPLATE,
     }
-    tensors = _tensors(np.random.default_rng(seed), n_vocab)
+    meta.update(extra_meta or {})
+    tensors = _tensors(np.random.default_rng(seed), n_vocab, biases=arch == "qwen2")
+    if rope_freqs is not None:
+        tensors.append(("rope_freqs.weight", np.asarray(rope_freqs, dtype="<f4").reshape(HEAD_DIM // 2)))
 
     head = [b"GGUF", struct.pack("<IQQ", 3, len(tensors), len(meta))]
     head += [_kv(k, v) for k, v in meta.items()]
