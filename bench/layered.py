@@ -3,7 +3,11 @@ generated passkey/needle haystacks.
 
 Every question is asked in these conditions, one after another on the same store, in this order:
 - `kv`          today's default: the 2 best-matching sentences of the k=3 retrieved events, behind the sink;
-- `kv-whole`    the k=3 retrieved events' blocks whole (`--whole`): every layer sees them all (~1.5-3k tokens);
+- `kv-whole-kshift` as `kv-whole`, with K moved to the blocks' new places by llama.cpp's K-shift inside the first
+                decode (every cell of the cache re-rotated), as before 2026-11-24; the cost baseline of the next;
+- `kv-whole`    the k=3 retrieved events' blocks whole (`--whole`): every layer sees them all (~1.5-3k tokens), K
+                rotated to their new places as the blocks are assembled (native/src/rope_shift.c);
+- `layered-kshift` as `layered`, with llama.cpp's K-shift instead;
 - `layered`     the layered pool (12 hits + neighbours, up to the answer context), loaded cold; every layer sees
                 kv-whole's events first, then the pool blocks its own question query selects (engine/layered.py),
                 LAYER_BUDGET tokens in all (kv mode's cap); the question is read with kv-whole's events, its last
@@ -17,7 +21,9 @@ Every question is asked in these conditions, one after another on the same store
 Scores: contains-match of the gold answer; `src` = the gold excerpt lies inside the events read (the pool for the
 two pool conditions); `sel` = for layered, the share of layers whose visible blocks hold the gold excerpt (among
 questions whose pool holds it). Cost: first token (s) and decode speed (tokens/s after the first), medians; for the
-selecting conditions the first token's two parts, loading the pool and the probe (`load_s`, `probe_s`).
+selecting conditions the first token's two parts, loading the pool and the probe (`load_s`, `probe_s`). The four
+conditions before `layered-reread` start from an empty cache (the sink reloaded from its file), so each loads all of
+its blocks.
 
     python bench/layered.py [--only SET ...] [--needles 16000 32000] [--out docs/layered.md] [--limit N]
 """
@@ -35,6 +41,7 @@ import generators as gen  # noqa: E402
 from eval import ask_once, covers, load_average, score_answer, squash  # noqa: E402
 from heldout import ingest, load_sets, resolve, stale_questions  # noqa: E402
 
+from episodic_cli.engine.event_keys import k_shift  # noqa: E402
 from episodic_cli.engine.paths import cache_dir  # noqa: E402
 from episodic_cli.engine.sources import file_sha256  # noqa: E402
 from episodic_cli.store import Store, StoreError  # noqa: E402
@@ -43,18 +50,23 @@ from episodic_cli.engine.workspace import LAYER_BUDGET, Workspace  # noqa: E402
 ANSWER_MAX_TOKENS = 48
 # In this order for each question: layered loads its pool cold (after kv mode's own context), layered-reread and
 # pool-whole then find the same pool in place.
-CONDITIONS = ("kv", "kv-whole", "layered", "layered-reread", "pool-whole", "layered-wide")
+CONDITIONS = ("kv", "kv-whole-kshift", "kv-whole", "layered-kshift", "layered", "layered-reread", "pool-whole",
+              "layered-wide")
+COLD = ("kv-whole-kshift", "kv-whole", "layered-kshift", "layered")  # asked on an emptied cache
 WIDE_POOL = 3  # layered-wide's pool, in answer contexts' room
 NEEDLE_DEPTHS = [0.1, 0.3, 0.5, 0.7, 0.9]
 
 
 def ask(ws: Workspace, store, question: str, answer: str, gold: str, condition: str) -> dict:
-    layered = condition in ("pool-whole", "layered", "layered-reread", "layered-wide")
+    layered = condition in ("pool-whole", "layered", "layered-kshift", "layered-reread", "layered-wide")
     ws.layered_pool = WIDE_POOL * ws.room() if condition == "layered-wide" else 0
+    answerer = ws.answerer("kv", store, layered=layered)
     if layered:  # the pool's blocks all visible, or each layer's own choice
-        answerer = ws.answerer("kv", store, layered=True)
         answerer.budget = 10**9 if condition == "pool-whole" else LAYER_BUDGET
         answerer.reread_question = condition == "layered-reread"
+    answerer.k_shift = None if condition.endswith("-kshift") else k_shift(answerer.keeper.rope)
+    if condition in COLD:
+        answerer.reset()
     warnings: list[str] = []
     result, row = ask_once(ws, store, question, gold, warnings, max_tokens=ANSWER_MAX_TOKENS, mode="kv",
                            narrow=condition == "kv", layered=layered)
@@ -122,7 +134,7 @@ def holds(ws: Workspace, path: Path, log) -> bool:
 
 
 def summary(rows: list[dict]) -> list[str]:
-    selecting = ("layered", "layered-reread", "layered-wide")
+    selecting = ("layered-kshift", "layered", "layered-reread", "layered-wide")
     lines = ["| set | n | " + " | ".join(f"{c}: right / src" for c in CONDITIONS) + " | pool tokens "
              + " / ".join(selecting) + " | sel " + " / ".join(selecting) + " | first token " + " / ".join(CONDITIONS)
              + " (s) | decode tok/s " + " / ".join(CONDITIONS) + " | load + probe (s) " + " / ".join(selecting)

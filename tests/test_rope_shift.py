@@ -2,7 +2,8 @@
 `kv_memory.state_blob_from_payload(move_to=..., rope=...)`): K rotated while the block is assembled instead of by
 llama.cpp's K-shift inside the next decode.
 
-* Against its numpy reference (`native.reference.rope_shift_k`), NORM and NEOX, fused and not, partial rotation: at most
+* Against its numpy reference (`native.reference.rope_shift_k`), NORM and NEOX, fused and not, partial rotation, the
+  AVX2 path and the scalar one, signed zeros: at most
   1 f16 ulp apart, on at most 1 value in 10,000 (the reference takes correctly rounded cos/sin, C's cosf/sinf are 1 ulp
   off for a few angles; measured: 0-4 values of 213,120 per case).
 * Against llama.cpp itself, on the real bundled model (NORM) and the tiny Qwen2-shaped model (NEOX): a block moved
@@ -38,11 +39,13 @@ def _synthetic_block(seed: int, first: int = 1000) -> K.ParsedBlock:
     rng = np.random.default_rng(seed)
     k = (rng.standard_normal((N_LAYER, N_CELLS, N_EMBD)) * 2).astype(np.float16)
     v = (rng.standard_normal((N_LAYER, N_CELLS, N_EMBD)) * 2).astype(np.float16)
+    zeros = rng.choice(k.size, size=k.size // 10, replace=False)  # signed zeros: -(x1*s) must keep its sign
+    k.reshape(-1)[zeros] = np.where(rng.random(zeros.size) < 0.5, np.float16(0.0), np.float16(-0.0))
     positions = first + rng.permutation(N_CELLS).astype(np.int32)  # cell order is not position order
     return K.ParsedBlock(positions, k, v, v_trans=False, src_seq=1, cell_seq=1)
 
 
-@pytest.mark.parametrize("n_rot", [64, 32])
+@pytest.mark.parametrize("n_rot", [64, 32, 24])  # 24: not a multiple of 16, so the scalar path even where AVX2 is
 @pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("neox", [False, True])
 def test_native_rotation_matches_the_numpy_reference(neox, fused, n_rot):

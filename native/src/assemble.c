@@ -146,7 +146,7 @@ int epi_assemble_state_blob(epi_row_kind kind, const uint8_t *positions, const u
         p = put_u64(put_u32(p, GGML_TYPE_F16), (uint64_t)(2 * n_embd_k));
         for (int64_t c = 0; c < n_cells; c++, p += 2 * n_embd_k) {
             row_to_f16(kind, k_rows + (l * n_cells + c) * kb, n_embd_k, 0, 1.0f, tmp, p);
-            if (!shift) continue;
+            if (!shift || epi_rope_shift_row_f16_fast(shift, angles, p, n_embd_k)) continue;
             /* as llama.cpp's K-shift: the f16 row read back, rotated in float32, rounded to f16 again */
             f16_row_to_f32(p, n_embd_k, tmp);
             epi_rope_shift_row(shift, angles, tmp, n_embd_k);

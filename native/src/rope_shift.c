@@ -6,6 +6,8 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #define EPI_X86 1
+#include <cpuid.h>
+#include <immintrin.h>
 #define FUSED_TARGET __attribute__((target("fma")))  /* fmaf becomes one instruction (and vectorises) */
 #else
 #define FUSED_TARGET
@@ -69,6 +71,69 @@ FUSED_TARGET static void rotate_fused(float *x, int32_t half, int32_t neox, cons
         x[2 * j] = fmaf(x0, cos_j[j], -(x1 * sin_j[j]));
         x[2 * j + 1] = fmaf(x0, sin_j[j], x1 * cos_j[j]);
     }
+}
+
+#ifdef EPI_X86
+/* AVX2 + F16C + FMA: 8 halves at a time, straight from and back to the f16 row (hardware round-to-nearest-even, the
+ * conversion llama.cpp's own shift uses), the fused rotation in the same two roundings as the scalar one:
+ * out0 = fma(x0, c, -(x1*s)), out1 = fma(x0, s, x1*c). For NORM, a vector holds 4 pairs (x0, x1) interleaved. */
+static int has_avx2_f16c_fma(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_F16C) || !(c & bit_FMA)) return 0;
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2");
+}
+
+__attribute__((target("avx2,f16c,fma")))
+static void rotate_row_f16_avx2(const epi_rope_shift *s, const float *cache, uint8_t *row, int64_t n_values)
+{
+    const int32_t half = s->n_rot / 2;
+    const __m256 neg = _mm256_set1_ps(-0.0f);  /* negation flips the sign bit only: -(+0) is -0, as in C */
+    for (int64_t h0 = 0; h0 + s->head_dim <= n_values; h0 += s->head_dim) {
+        uint16_t *x = (uint16_t *)(row + 2 * h0);
+        if (s->neox) {
+            for (int32_t j = 0; j < half; j += 8) {
+                float cj[8], sj[8];
+                for (int t = 0; t < 8; t++) { cj[t] = cache[2 * (j + t)]; sj[t] = cache[2 * (j + t) + 1]; }
+                const __m256 c = _mm256_loadu_ps(cj), sn = _mm256_loadu_ps(sj);
+                const __m256 x0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + j)));
+                const __m256 x1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + j + half)));
+                const __m256 o0 = _mm256_fmadd_ps(x0, c, _mm256_xor_ps(_mm256_mul_ps(x1, sn), neg));
+                const __m256 o1 = _mm256_fmadd_ps(x0, sn, _mm256_mul_ps(x1, c));
+                _mm_storeu_si128((__m128i *)(x + j), _mm256_cvtps_ph(o0, _MM_FROUND_TO_NEAREST_INT));
+                _mm_storeu_si128((__m128i *)(x + j + half), _mm256_cvtps_ph(o1, _MM_FROUND_TO_NEAREST_INT));
+            }
+            continue;
+        }
+        for (int32_t i = 0; i < s->n_rot; i += 8) {  /* lanes: x0 x1 x0 x1 ... of pairs i/2 .. i/2 + 3 */
+            const __m256 cs = _mm256_loadu_ps(cache + i);               /* c s c s ... */
+            const __m256 c = _mm256_moveldup_ps(cs), sn = _mm256_movehdup_ps(cs);
+            const __m256 xv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i)));
+            const __m256 xs = _mm256_permute_ps(xv, 0xB1);              /* x1 x0 x1 x0 ... */
+            const __m256 p = _mm256_mul_ps(xv, c), q = _mm256_mul_ps(xs, sn);  /* even: x0*c, x1*s; odd: x1*c, x0*s */
+            const __m256 even = _mm256_fmadd_ps(xv, c, _mm256_xor_ps(q, neg));
+            const __m256 odd = _mm256_fmadd_ps(xs, sn, p);
+            _mm_storeu_si128((__m128i *)(x + i), _mm256_cvtps_ph(_mm256_blend_ps(even, odd, 0xAA),
+                                                                 _MM_FROUND_TO_NEAREST_INT));
+        }
+    }
+}
+#endif
+
+int epi_rope_shift_row_f16_fast(const epi_rope_shift *s, const float *cache, uint8_t *row, int64_t n_values)
+{
+#ifdef EPI_X86
+    static int usable = -1;
+    if (usable < 0) usable = has_avx2_f16c_fma();
+    if (usable && s->fused && s->n_rot % 16 == 0) {
+        rotate_row_f16_avx2(s, cache, row, n_values);
+        return 1;
+    }
+#else
+    (void)s; (void)cache; (void)row; (void)n_values;
+#endif
+    return 0;
 }
 
 void epi_rope_shift_row(const epi_rope_shift *s, const float *cache, float *row, int64_t n_values)

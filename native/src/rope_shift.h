@@ -30,6 +30,10 @@ void epi_rope_shift_cache(const epi_rope_shift *s, float *cache);
  * cached angles; the caller rounds the row to f16 again, as ggml's rotate_pairs does per value. */
 void epi_rope_shift_row(const epi_rope_shift *s, const float *cache, float *row, int64_t n_values);
 
+/* The same rotation done in place on an f16 row with 8-wide AVX2/F16C/FMA, where the CPU has them and s is fused with
+ * n_rot a multiple of 16; returns 1, or 0 (nothing done: use f16 -> epi_rope_shift_row -> f16). Same bits either way. */
+int epi_rope_shift_row_f16_fast(const epi_rope_shift *s, const float *cache, uint8_t *row, int64_t n_values);
+
 /* 1 when s describes a rotation these functions can do (head_dim > 0 and n_rot even, 0 < n_rot <= min(head_dim,
  * EPI_ROPE_MAX_ROT)), else 0. */
 int epi_rope_shift_valid(const epi_rope_shift *s, int64_t n_values);
