@@ -46,8 +46,8 @@ from .answer import ANSWER_TOKENS, QUESTION_ROOM, Answer, stream_into
 from .errors import EpiError
 from .event_keys import REP_KEYS, representative_keys, unrotated_keys
 from .kv_capture import BlockKeeper
-from .kv_memory import (STAGING_SEQ, KVFormatError, ParsedBlock, capture_block, decode_block, load_block,
-                        parse_state_blob, session_v_trans, state_blob_from_payload)
+from .kv_memory import (STAGING_SEQ, KVFormatError, ParsedBlock, capture_block, decode_block, encode_block,
+                        load_block, parse_state_blob, session_v_trans, state_blob_from_payload)
 from .kv_mode import TOO_BIG, KVModeAnswerer, _Part
 from .llama_backend import LlamaModel, LlamaSession
 from .query_capture import QueryCapture
@@ -127,6 +127,7 @@ class LayeredAnswerer(KVModeAnswerer):
         self.budget = budget
         self.anchors: set[int] = set()
         self.reread_question = False  # decode the whole question again under the selection, not its last token
+        self.probe_last_token = True  # False: the probe stops before the question's last token (decoded once, after)
         self.report = LayeredReport()
         self._rep_keys: dict[bytes, np.ndarray] = {}  # block key -> float16 [n_layer, <= REP_KEYS, n_embd_k]
         self._blocks: list[_Loaded] = []  # the pool in the cache, in prompt order
@@ -265,13 +266,23 @@ class LayeredAnswerer(KVModeAnswerer):
 
     def _prepare_into(self, part: _Part, tokens: np.ndarray, seq: int, first: int, p0: int) -> None:
         """A cold event: decoded in `seq` behind the sink alone (as ingest computes blocks), captured and offered to
-        the tier, then moved to `p0`."""
+        the tier, then moved to `p0`: its captured cells loaded again there with K rotated natively (a `seq_add`
+        would leave llama.cpp a K-shift of the whole cache for the probe's decode), or by llama.cpp when the model's
+        RoPE is not plain."""
         memory = self.session.memory
         L.llama_memory_seq_cp(memory, 0, seq, 0, first)  # the sink's cells, shared
         self._prefill_cold(tokens, first, seq)
-        self._captured(part, parse_state_blob(capture_block(self.session, seq, first, first + len(tokens))))
-        L.llama_memory_seq_rm(memory, seq, 0, first)
-        if p0 != first:
+        block = parse_state_blob(capture_block(self.session, seq, first, first + len(tokens)))
+        self._captured(part, block)
+        if p0 == first:
+            L.llama_memory_seq_rm(memory, seq, 0, first)
+        elif self.k_shift is not None:
+            L.llama_memory_seq_rm(memory, seq, -1, -1)
+            blob = state_blob_from_payload(encode_block(block, "f16"), v_trans=session_v_trans(self.session),
+                                           move_to=p0, rope=self.k_shift)
+            load_block(self.session, blob, seq, p0)
+        else:
+            L.llama_memory_seq_rm(memory, seq, 0, first)
             L.llama_memory_seq_add(memory, seq, -1, -1, p0 - first)
 
     # -- representative keys of the pool's blocks -----------------------------------------------------------
@@ -304,17 +315,19 @@ class LayeredAnswerer(KVModeAnswerer):
         others = [b.seq for b in pool if b.event_id not in self.anchors]
         if len(others) < len(pool):
             layer_visibility.set_hidden_seqs(self.session.ctx, -1, others)
+        short = not (self.probe_last_token or self.reread_question) and len(part.tokens) > 1
+        probed = part.tokens[:-1] if short else part.tokens
         self.capture.arm()
         try:
-            self.session.prefill(part.tokens, pos)
+            self.session.prefill(probed, pos)
         finally:
             self.capture.disarm()
             layer_visibility.clear(self.session.ctx)
         queries = self.capture.queries()
-        if queries.shape[1] != len(part.tokens):
-            raise EpiError(f"--layered read {queries.shape[1]} query rows for {len(part.tokens)} question tokens from "
+        if queries.shape[1] != len(probed):
+            raise EpiError(f"--layered read {queries.shape[1]} query rows for {len(probed)} question tokens from "
                            "this model's graph; answer without --layered")
-        visible = self.select(queries, np.arange(pos, pos + len(part.tokens)), pool)
+        visible = self.select(queries, np.arange(pos, pos + len(probed)), pool)
         again = 0 if self.reread_question else len(part.tokens) - 1  # the question tokens kept as the probe left them
         L.llama_memory_seq_rm(self.session.memory, 0, pos + again, -1)
         for layer, row in enumerate(visible):

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <string.h>
 #include "assemble.h"
+#include "simd.h"
 #include "block_select.h"
 #include "eval_gate.h"
 #include "quant.h"
@@ -322,7 +323,30 @@ static PyObject *py_rope_shift_fused_default(PyObject *self, PyObject *unused)
     return PyBool_FromLong(epi_rope_shift_fused_default());
 }
 
+PyDoc_STRVAR(set_simd_doc,
+"set_simd(enabled) -> bool\n\n"
+"Turn the AVX2/F16C/FMA paths of the assembler off or back on (where the CPU has them); returns the previous\n"
+"setting. They compute the same bits as the scalar paths: for tests and side-by-side benchmarks.");
+
+static PyObject *py_set_simd(PyObject *self, PyObject *args)
+{
+    int on;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "p", &on)) return NULL;
+    return PyBool_FromLong(epi_simd_set_enabled(on));
+}
+
+PyDoc_STRVAR(simd_usable_doc, "simd_usable() -> bool\n\nWhether the AVX2/F16C/FMA paths run now.");
+
+static PyObject *py_simd_usable(PyObject *self, PyObject *unused)
+{
+    (void)self; (void)unused;
+    return PyBool_FromLong(epi_simd_usable());
+}
+
 static PyMethodDef methods[] = {
+    {"set_simd", py_set_simd, METH_VARARGS, set_simd_doc},
+    {"simd_usable", py_simd_usable, METH_NOARGS, simd_usable_doc},
     {"rope_shift_fused_default", py_rope_shift_fused_default, METH_NOARGS, rope_shift_fused_default_doc},
     {"eval_gate_address", py_eval_gate_address, METH_NOARGS, eval_gate_address_doc},
     {"surprise", py_surprise, METH_VARARGS, surprise_doc},

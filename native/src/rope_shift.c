@@ -2,11 +2,11 @@
  * is compiled without floating-point contraction (-std=c99), so the unfused rotation rounds x0*c and x1*s separately,
  * and the fused one says where its single rounding is. */
 #include "rope_shift.h"
+#include "simd.h"
 #include <math.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #define EPI_X86 1
-#include <cpuid.h>
 #include <immintrin.h>
 #define FUSED_TARGET __attribute__((target("fma")))  /* fmaf becomes one instruction (and vectorises) */
 #else
@@ -77,14 +77,6 @@ FUSED_TARGET static void rotate_fused(float *x, int32_t half, int32_t neox, cons
 /* AVX2 + F16C + FMA: 8 halves at a time, straight from and back to the f16 row (hardware round-to-nearest-even, the
  * conversion llama.cpp's own shift uses), the fused rotation in the same two roundings as the scalar one:
  * out0 = fma(x0, c, -(x1*s)), out1 = fma(x0, s, x1*c). For NORM, a vector holds 4 pairs (x0, x1) interleaved. */
-static int has_avx2_f16c_fma(void)
-{
-    unsigned a, b, c, d;
-    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_F16C) || !(c & bit_FMA)) return 0;
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2");
-}
-
 __attribute__((target("avx2,f16c,fma")))
 static void rotate_row_f16_avx2(const epi_rope_shift *s, const float *cache, uint8_t *row, int64_t n_values)
 {
@@ -124,9 +116,7 @@ static void rotate_row_f16_avx2(const epi_rope_shift *s, const float *cache, uin
 int epi_rope_shift_row_f16_fast(const epi_rope_shift *s, const float *cache, uint8_t *row, int64_t n_values)
 {
 #ifdef EPI_X86
-    static int usable = -1;
-    if (usable < 0) usable = has_avx2_f16c_fma();
-    if (usable && s->fused && s->n_rot % 16 == 0) {
+    if (epi_simd_usable() && s->fused && s->n_rot % 16 == 0) {
         rotate_row_f16_avx2(s, cache, row, n_values);
         return 1;
     }

@@ -1,0 +1,31 @@
+/* CPU feature check for the SIMD paths (see simd.h), done once. */
+#include "simd.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+
+static int cpu_has_avx2_f16c_fma(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_F16C) || !(c & bit_FMA)) return 0;
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") ? 1 : 0;
+}
+#else
+static int cpu_has_avx2_f16c_fma(void) { return 0; }
+#endif
+
+static int cpu = -1, enabled = 1;
+
+int epi_simd_usable(void)
+{
+    if (cpu < 0) cpu = cpu_has_avx2_f16c_fma();
+    return cpu && enabled;
+}
+
+int epi_simd_set_enabled(int on)
+{
+    const int before = enabled;
+    enabled = on ? 1 : 0;
+    return before;
+}
