@@ -8,8 +8,6 @@ Every question is asked in these conditions, one after another on the same store
 - `kv-whole`    the k=3 retrieved events' blocks whole (`--whole`): every layer sees them all (~1.5-3k tokens), K
                 rotated to their new places as the blocks are assembled (native/src/rope_shift.c);
 - `layered-kshift` as `layered`, with llama.cpp's K-shift instead;
-- `layered-short` as `layered`, the probe stopping before the question's last token, which is then decoded once,
-                under the selection (one decode step fewer; the selection reads one query row fewer);
 - `layered`     the layered pool (12 hits + neighbours, up to the answer context), loaded cold; every layer sees
                 kv-whole's events first, then the pool blocks its own question query selects (engine/layered.py),
                 LAYER_BUDGET tokens in all (kv mode's cap); the question is read with kv-whole's events, its last
@@ -52,22 +50,20 @@ from episodic_cli.engine.workspace import LAYER_BUDGET, Workspace  # noqa: E402
 ANSWER_MAX_TOKENS = 48
 # In this order for each question: layered loads its pool cold (after kv mode's own context), layered-reread and
 # pool-whole then find the same pool in place.
-CONDITIONS = ("kv", "kv-whole-kshift", "kv-whole", "layered-kshift", "layered-short", "layered", "layered-reread",
-              "pool-whole", "layered-wide")
-COLD = ("kv-whole-kshift", "kv-whole", "layered-kshift", "layered-short", "layered")  # asked on an emptied cache
+CONDITIONS = ("kv", "kv-whole-kshift", "kv-whole", "layered-kshift", "layered", "layered-reread", "pool-whole",
+              "layered-wide")
+COLD = ("kv-whole-kshift", "kv-whole", "layered-kshift", "layered")  # asked on an emptied cache
 WIDE_POOL = 3  # layered-wide's pool, in answer contexts' room
 NEEDLE_DEPTHS = [0.1, 0.3, 0.5, 0.7, 0.9]
 
 
 def ask(ws: Workspace, store, question: str, answer: str, gold: str, condition: str) -> dict:
-    layered = condition in ("pool-whole", "layered", "layered-kshift", "layered-short", "layered-reread",
-                            "layered-wide")
+    layered = condition in ("pool-whole", "layered", "layered-kshift", "layered-reread", "layered-wide")
     ws.layered_pool = WIDE_POOL * ws.room() if condition == "layered-wide" else 0
     answerer = ws.answerer("kv", store, layered=layered)
     if layered:  # the pool's blocks all visible, or each layer's own choice
         answerer.budget = 10**9 if condition == "pool-whole" else LAYER_BUDGET
         answerer.reread_question = condition == "layered-reread"
-        answerer.probe_last_token = condition != "layered-short"
     answerer.k_shift = None if condition.endswith("-kshift") else k_shift(answerer.keeper.rope)
     if condition in COLD:
         answerer.reset()
@@ -138,7 +134,7 @@ def holds(ws: Workspace, path: Path, log) -> bool:
 
 
 def summary(rows: list[dict]) -> list[str]:
-    selecting = ("layered-kshift", "layered-short", "layered", "layered-reread", "layered-wide")
+    selecting = ("layered-kshift", "layered", "layered-reread", "layered-wide")
     lines = ["| set | n | " + " | ".join(f"{c}: right / src" for c in CONDITIONS) + " | pool tokens "
              + " / ".join(selecting) + " | sel " + " / ".join(selecting) + " | first token " + " / ".join(CONDITIONS)
              + " (s) | decode tok/s " + " / ".join(CONDITIONS) + " | load + probe (s) " + " / ".join(selecting)

@@ -127,7 +127,6 @@ class LayeredAnswerer(KVModeAnswerer):
         self.budget = budget
         self.anchors: set[int] = set()
         self.reread_question = False  # decode the whole question again under the selection, not its last token
-        self.probe_last_token = True  # False: the probe stops before the question's last token (decoded once, after)
         self.report = LayeredReport()
         self._rep_keys: dict[bytes, np.ndarray] = {}  # block key -> float16 [n_layer, <= REP_KEYS, n_embd_k]
         self._blocks: list[_Loaded] = []  # the pool in the cache, in prompt order
@@ -315,19 +314,17 @@ class LayeredAnswerer(KVModeAnswerer):
         others = [b.seq for b in pool if b.event_id not in self.anchors]
         if len(others) < len(pool):
             layer_visibility.set_hidden_seqs(self.session.ctx, -1, others)
-        short = not (self.probe_last_token or self.reread_question) and len(part.tokens) > 1
-        probed = part.tokens[:-1] if short else part.tokens
         self.capture.arm()
         try:
-            self.session.prefill(probed, pos)
+            self.session.prefill(part.tokens, pos)
         finally:
             self.capture.disarm()
             layer_visibility.clear(self.session.ctx)
         queries = self.capture.queries()
-        if queries.shape[1] != len(probed):
-            raise EpiError(f"--layered read {queries.shape[1]} query rows for {len(probed)} question tokens from "
+        if queries.shape[1] != len(part.tokens):
+            raise EpiError(f"--layered read {queries.shape[1]} query rows for {len(part.tokens)} question tokens from "
                            "this model's graph; answer without --layered")
-        visible = self.select(queries, np.arange(pos, pos + len(probed)), pool)
+        visible = self.select(queries, np.arange(pos, pos + len(part.tokens)), pool)
         again = 0 if self.reread_question else len(part.tokens) - 1  # the question tokens kept as the probe left them
         L.llama_memory_seq_rm(self.session.memory, 0, pos + again, -1)
         for layer, row in enumerate(visible):
