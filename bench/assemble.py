@@ -1,4 +1,5 @@
-"""What assembling a pool of KV blocks costs, with and without the SIMD paths and the native K move, side by side.
+"""What reading and assembling a pool of KV blocks costs: block files read or mapped, the assembler with and without
+its SIMD paths and the native K move, side by side.
 
 Synthetic blocks shaped like the bundled model's (30 layers, K/V rows of 192 values) add up to a pool of `--cells`
 cells (5,500: a typical `--layered` pool; kv mode's whole blocks are ~2,000), in blocks of `--block` cells, as the
@@ -9,6 +10,11 @@ tier stores them (f16, q8_0, q4_0). Each condition turns every block into llama.
 - kept / moved         positions kept, or moved with K rotated natively (native/src/rope_shift.c), which replaced
                        llama.cpp's K-shift (a RoPE pass over every cell of the cache inside the next decode).
 
+Reading: the same pool written as tier block files (`write_block_file`, in a temporary folder, so in the page
+cache as a tier the answers use is), then read back with every block kept until the pool is read, as an answer
+keeps them: `copied` reads each file into memory and checks its crc32 as `read_block_file` did before 2026-11-24,
+`mapped` is `read_block_file` now (the file mapped read-only, then checked).
+
 Ratios are taken within the run. Results: docs/assemble.json.
 
     python bench/assemble.py [--cells 5500] [--block 400] [--repeat 15] [--out docs/assemble.json]
@@ -18,13 +24,16 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import tempfile
 import time
+import zlib
 from pathlib import Path
 
 import numpy as np
 
 from episodic_cli import native
 from episodic_cli.engine import kv_memory as K
+from episodic_cli.store.kv_tier.block_file import BlockType, read_block_file, write_block_file
 
 N_LAYER, N_EMBD = 30, 192
 MOVE = native.RopeShift(delta=0, head_dim=64, n_rot=64, neox=False, freq_base=100000.0, freq_scale=1.0,
@@ -51,6 +60,33 @@ def assemble_s(payloads: list[bytes], moved: bool, repeat: int) -> float:
                                       rope=MOVE if moved else None)
         best = min(best, time.perf_counter() - t)
     return best
+
+
+def read_copied(path: Path) -> np.ndarray:
+    with open(path, "rb") as f:
+        raw = f.read()
+    zlib.crc32(raw)
+    return np.frombuffer(raw, dtype=np.uint8)
+
+
+def read_s(payloads: list[bytes], kind: str, repeat: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as folder:
+        files = []
+        for i, p in enumerate(payloads):
+            key = i.to_bytes(16, "little")
+            files.append((Path(folder) / f"{i}.ekvb", key))
+            write_block_file(files[-1][0], key, BlockType[kind.upper()], 0, p, None)
+        times: dict[str, list[float]] = {"copied": [], "mapped": []}
+        for _ in range(repeat):
+            for way in times:
+                t = time.perf_counter()
+                kept = [read_copied(f) if way == "copied" else read_block_file(f, key) for f, key in files]
+                times[way].append(time.perf_counter() - t)
+                del kept
+    # the first pass is what a fresh `epi ask` pays (every copy lands in new, zero-filled pages); later ones reuse
+    # the memory the allocator got back
+    return {f"{way}_{which}": (ts[0] if which == "first" else min(ts)) for way, ts in times.items()
+            for which in ("first", "best")}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,8 +120,22 @@ def main(argv: list[str] | None = None) -> int:
                   f"| +{(t[True, True] - t[True, False]) * 1e3:.1f} ms |")
     finally:
         native.set_simd(True)
+    reads = []
+    print()
+    print("| kind | MB | copied, first pass (ms) | mapped, first pass | copied, best | mapped, best "
+          "| mapped / copied, first | best |")
+    print("|---|---|---|---|---|---|---|---|")
+    for kind in K.KINDS:
+        payloads = pool(args.cells, args.block, kind)
+        t = read_s(payloads, kind, args.repeat)
+        mb = sum(len(p) for p in payloads) / 1e6
+        reads.append({"kind": kind, "mb": round(mb, 1), **{f"{key}_s": v for key, v in t.items()}})
+        print(f"| {kind} | {mb:.1f} | {t['copied_first'] * 1e3:.1f} | {t['mapped_first'] * 1e3:.1f} "
+              f"| {t['copied_best'] * 1e3:.1f} | {t['mapped_best'] * 1e3:.1f} "
+              f"| {t['mapped_first'] / t['copied_first']:.2f}x | {t['mapped_best'] / t['copied_best']:.2f}x |")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"machine": platform.processor() or platform.machine(), "rows": rows}, indent=1))
+    args.out.write_text(json.dumps({"machine": platform.processor() or platform.machine(), "assemble": rows,
+                                    "read": reads}, indent=1))
     return 0
 
 
