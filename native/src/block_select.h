@@ -8,8 +8,9 @@
  *                sum over query heads h of  query[l, h, :] . rep_keys[b, l, r, g(h) * head_dim : (g(h) + 1) * head_dim]
  * with g(h) = h / (n_head / n_head_kv) (grouped-query attention: a KV head serves n_head / n_head_kv query heads).
  * query: float32 [n_layer, n_head, head_dim] (unrotated); rep_keys: float16 bits [n_blocks, n_layer, n_rep,
- * n_head_kv * head_dim] (unrotated; rows past rep_count[b] are padding and never read). Accumulates in double. */
-void epi_block_scores(const float *query, const uint16_t *rep_keys, const int32_t *rep_count, int64_t n_layer,
+ * n_head_kv * head_dim] (unrotated; rows past rep_count[b] are padding and never read). Accumulates in double,
+ * the query heads of a KV head summed first. Returns 0, or -1 when scratch memory cannot be allocated. */
+int epi_block_scores(const float *query, const uint16_t *rep_keys, const int32_t *rep_count, int64_t n_layer,
                       int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t n_blocks, int64_t n_rep,
                       float *scores);
 

@@ -267,11 +267,13 @@ static PyObject *py_block_scores(PyObject *self, PyObject *args)
         PyBuffer_Release(&q); PyBuffer_Release(&k); PyBuffer_Release(&c);
         return NULL;
     }
+    int rc;
     Py_BEGIN_ALLOW_THREADS
-    epi_block_scores((const float *)q.buf, (const uint16_t *)k.buf, (const int32_t *)c.buf, n_layer, n_head, n_head_kv,
-                     head_dim, n_blocks, n_rep, (float *)out.buf);
+    rc = epi_block_scores((const float *)q.buf, (const uint16_t *)k.buf, (const int32_t *)c.buf, n_layer, n_head,
+                          n_head_kv, head_dim, n_blocks, n_rep, (float *)out.buf);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&q); PyBuffer_Release(&k); PyBuffer_Release(&c); PyBuffer_Release(&out);
+    if (rc != 0) return PyErr_NoMemory();
     Py_RETURN_NONE;
 }
 
