@@ -64,7 +64,7 @@ def ask(ws: Workspace, store, question: str, answer: str, gold: str, condition: 
     if layered:  # the pool's blocks all visible, or each layer's own choice
         answerer.budget = 10**9 if condition == "pool-whole" else LAYER_BUDGET
         answerer.reread_question = condition == "layered-reread"
-    answerer.k_shift = None if condition.endswith("-kshift") else k_shift(answerer.keeper.rope)
+    answerer.k_shift = None if condition.endswith("-kshift") else k_shift(answerer.keeper.rope, ws.model)
     if condition in COLD:
         answerer.reset()
     warnings: list[str] = []

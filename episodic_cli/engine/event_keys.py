@@ -18,12 +18,13 @@ import numpy as np
 from .. import native
 from .gguf import GGUFHeaderError, read_gguf_header
 from .kv_memory import ParsedBlock
-from .llama_backend import LlamaModel
+from .llama_backend import LlamaModel, gpu_offload_supported
 
 # The graph's layers, as fractions of the depth (7, 15 and 22 of 30). A single layer's keys are noisy; on 24 planted
 # topic changes no depth was clearly best (all layers together did no better), and three keep unrotating cheap.
 SIMILARITY_DEPTHS = (0.25, 0.5, 0.75)
 REP_KEYS = 4  # representative keys per event and layer (InfLLM's default)
+MAX_ROTATED_DIMS = 1024  # native/src/rope_shift.h's EPI_ROPE_MAX_ROT
 
 
 @dataclass(frozen=True)
@@ -38,10 +39,14 @@ class RopeParams:
     plain: bool = False
 
 
-# Metadata that makes RoPE more than plain (YaRN / LongRoPE factors, sliding-window layers with their own base, MLA's
-# split keys), and the tensors that carry per-dimension frequency factors (Llama 3.1's rope_freqs, Phi-3's factors).
-_NOT_PLAIN_KEYS = ("rope.scaling.attn_factor", "rope.freq_base_swa", "attention.sliding_window",
-                   "attention.kv_lora_rank", "rope.scaling.yarn_log_multiplier")
+# Metadata that makes RoPE more than plain: YaRN / LongRoPE factors (Grok sets its own ext and attention factors),
+# NTK alpha (a derived base), sliding-window layers with their own base or width, MLA's split keys, layers without
+# RoPE (Granite's `finetuned` switch, `rope_pattern`). A key's presence is enough to leave the move to llama.cpp.
+# And the tensors that carry per-dimension frequency factors (Llama 3.1's rope_freqs, Phi-3's factors).
+_NOT_PLAIN_KEYS = ("rope.scaling.attn_factor", "rope.scaling.yarn_log_multiplier", "rope.scaling.yarn_ext_factor",
+                   "rope.scaling.yarn_attn_factor", "rope.scaling.yarn_beta_fast", "rope.scaling.yarn_beta_slow",
+                   "rope.scaling.alpha", "rope.scaling.finetuned", "rope.freq_base_swa", "rope.dimension_count_swa",
+                   "attention.sliding_window", "attention.rope_pattern", "attention.kv_lora_rank")
 _FREQ_FACTOR_TENSORS = ("rope_freqs", "rope_factors")
 
 
@@ -52,9 +57,11 @@ def rope_params(model: LlamaModel) -> RopeParams:
     n_rot = model.meta(f"{arch}.rope.dimension_count")
     base = model.meta(f"{arch}.rope.freq_base")
     rope_type = L.llama_model_rope_type(model.ptr)
+    # llama.cpp's context scales positions by the trained factor unless the scaling type is "none" (llama-context.cpp)
+    scale = 1.0 if model.meta(f"{arch}.rope.scaling.type") == "none" else \
+        float(L.llama_model_rope_freq_scale_train(model.ptr)) or 1.0
     return RopeParams(head_dim=head_dim, n_rot=int(n_rot) if n_rot else head_dim,
-                      freq_base=float(base) if base else 10000.0,
-                      freq_scale=float(L.llama_model_rope_freq_scale_train(model.ptr)) or 1.0,
+                      freq_base=float(base) if base else 10000.0, freq_scale=scale,
                       neox=rope_type == L.LLAMA_ROPE_TYPE_NEOX,
                       plain=rope_type in (L.LLAMA_ROPE_TYPE_NORM, L.LLAMA_ROPE_TYPE_NEOX) and _plain_rope(model))
 
@@ -72,10 +79,13 @@ def _plain_rope(model: LlamaModel) -> bool:
     return not any(part in name for name in names for part in _FREQ_FACTOR_TENSORS)
 
 
-def k_shift(rope: RopeParams) -> native.RopeShift | None:
-    """How to rotate K for a block moved to a new position (delta 0 here; kv_memory sets it), or None when the
-    model's RoPE is not plain and the move is left to llama.cpp's K-shift at the next decode."""
-    if not rope.plain or rope.n_rot > rope.head_dim or rope.n_rot % 2:
+def k_shift(rope: RopeParams, model: LlamaModel) -> native.RopeShift | None:
+    """How to rotate K for a block moved to a new position (delta 0 here; kv_memory sets it), or None when the move
+    is left to llama.cpp's K-shift at the next decode: RoPE that is not plain, or a KV cache that a GPU backend holds
+    (CUDA and Metal compute their RoPE angles their own way, and a shift there costs next to nothing)."""
+    if not rope.plain or rope.n_rot > min(rope.head_dim, MAX_ROTATED_DIMS) or rope.n_rot % 2:
+        return None
+    if model.n_gpu_layers > 0 and gpu_offload_supported():
         return None
     return native.RopeShift(delta=0, head_dim=rope.head_dim, n_rot=rope.n_rot, neox=rope.neox,
                             freq_base=rope.freq_base, freq_scale=rope.freq_scale,

@@ -108,7 +108,7 @@ class KVModeAnswerer:
         self.on_prepare = on_prepare
         # K rotated to a block's new place while it is assembled, where the model's RoPE allows it (None: llama.cpp's
         # K-shift re-rotates every cell of the cache inside the next decode; the benchmarks set None to compare)
-        self.k_shift: RopeShift | None = k_shift(keeper.rope)
+        self.k_shift: RopeShift | None = k_shift(keeper.rope, model)
         self._layout: list[tuple[tuple, int]] = []  # (part key, position after it) of what sequence 0 holds
 
     def _new_session(self, n_ctx: int, n_threads: int | None) -> LlamaSession:

@@ -82,6 +82,7 @@ class LlamaModel:
     def __init__(self, path: Path, n_gpu_layers: int = 999):
         quiet_llama_logs()
         self.path = Path(path)
+        self.n_gpu_layers = n_gpu_layers
         params = L.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers  # ignored by CPU builds; offloads everything on CUDA/Metal builds
         self.ptr = L.llama_model_load_from_file(str(self.path).encode(), params)

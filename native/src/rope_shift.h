@@ -4,8 +4,9 @@
 /* Moving K cells to new positions: K is stored after RoPE, rotated by each cell's position, so a block loaded
  * `delta` positions away must be rotated by delta more. llama.cpp does this inside the next decode (its K-shift:
  * ggml_rope_ext_inplace on the F16 cache with the shift as position); doing it while a block is assembled saves that
- * pass. The arithmetic is ggml's (ops.cpp: ggml_rope_cache_init, rope_yarn without YaRN, rotate_pairs), so the
- * result is what llama.cpp's shift writes. Numpy reference: native.reference.rope_shift_k. */
+ * pass. The arithmetic is ggml's CPU backend's (ops.cpp: ggml_rope_cache_init, rope_yarn without YaRN, rotate_pairs),
+ * so the result is what llama.cpp's shift writes there (CUDA and Metal take their angles another way: epi leaves the
+ * move to them). Numpy reference: native.reference.rope_shift_k. */
 
 typedef struct {
     int32_t delta;      /* positions move by this much (may be negative) */

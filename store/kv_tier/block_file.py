@@ -116,13 +116,16 @@ def _map(f) -> mmap.mmap | bytes:
     """The whole file, mapped read-only rather than read: an answer reads tens of MB of blocks, and copying them into
     fresh memory (zero-filled pages first) cost more than the checksum and the assembly together (measured: 26 blocks,
     70 MB, 42 ms read vs 18 ms mapped). Safe because a block file is never changed in place: it is replaced by a
-    rename or unlinked, and a mapping keeps the old bytes either way."""
+    rename or unlinked, and on Linux and macOS a mapping keeps the old bytes either way."""
     size = os.fstat(f.fileno()).st_size
     if size == 0:
         return b""
-    if hasattr(mmap, "MAP_POPULATE"):  # Linux: fault the pages in with the mapping, not one by one later
-        return mmap.mmap(f.fileno(), size, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE, prot=mmap.PROT_READ)
-    return mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+    try:
+        if hasattr(mmap, "MAP_POPULATE"):  # Linux: fault the pages in with the mapping, not one by one later
+            return mmap.mmap(f.fileno(), size, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE, prot=mmap.PROT_READ)
+        return mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+    except (OSError, ValueError):  # a filesystem that cannot map files (some FUSE and network mounts): read it
+        return f.read()
 
 
 def read_block_file(path: Path, key: bytes) -> StoredBlock:
