@@ -118,6 +118,7 @@ def test_doctor_on_the_ingested_store(shared_store):
     flat = " ".join(result.stdout.split())  # the table wraps long cells at 80 columns
     assert "matches the embedder in use" in flat and "2 documents" in flat
     assert "blocks checked, all intact" in flat
+    assert "kv block moves" in flat and "native: K is rotated" in flat  # the bundled model's RoPE is plain
 
 
 def test_doctor_names_damaged_blocks_and_repair_removes_them(shared_store, tmp_path):

@@ -24,6 +24,7 @@ import pytest
 from conftest import license_text
 from episodic_cli import native
 from episodic_cli.engine import kv_memory as K
+from episodic_cli.engine.diagnostics import block_moves
 from episodic_cli.engine.event_keys import k_shift, rope_params
 from episodic_cli.engine.llama_backend import gpu_offload_supported
 from episodic_cli.native import reference as R
@@ -160,6 +161,7 @@ def test_rope_that_is_not_plain_is_left_to_llama_cpp(tmp_path, variant):
     model = LlamaModel(write_tiny_model(tmp_path / f"{variant}.gguf", **NOT_PLAIN[variant]))
     rope = rope_params(model)
     assert not rope.plain and k_shift(rope, model) is None
+    assert block_moves(model).startswith("by llama.cpp's K-shift")  # what `epi doctor` says
     if variant not in ("rope_freqs", "yarn"):
         return  # llama.cpp's llama architecture ignores these keys; other architectures read them
     # Why: the plain rotation epi would apply gives other keys than llama.cpp's shift for this model.

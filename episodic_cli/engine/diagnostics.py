@@ -11,7 +11,8 @@ from importlib import metadata
 from .. import __version__
 from ..store import Store, StoreError
 from .errors import EpiError
-from .llama_backend import default_threads, gpu_offload_supported, llama_cpp_version, system_info
+from .event_keys import k_shift, rope_params
+from .llama_backend import LlamaModel, default_threads, gpu_offload_supported, llama_cpp_version, system_info
 from . import layer_visibility
 from .paths import cache_dir, data_dir, store_path
 from .workspace import Workspace
@@ -41,6 +42,16 @@ def layered_attention() -> str:
         return ("available, but this build predates epi's flash kernel for prompts: `--layered` reads a question "
                 "~2x slower on CPU than it could; ./install.sh rebuilds it")
     return "available: `--layered` lets each layer attend to the blocks it selects"
+
+
+def block_moves(model: LlamaModel) -> str:
+    """How KV blocks loaded at new positions get their keys rotated with this model (engine/event_keys.k_shift)."""
+    rope = rope_params(model)
+    if k_shift(rope, model) is not None:
+        return "native: K is rotated to a block's new place as it loads (plain RoPE, KV cache on the CPU)"
+    reason = ("the KV cache is on a GPU backend" if rope.plain else
+              "this model's RoPE has scaling, frequency factors or per-layer variants that epi does not reproduce")
+    return f"by llama.cpp's K-shift inside the first decode: {reason}"
 
 
 def _version(dist: str) -> str:
@@ -83,6 +94,7 @@ def collect(model: str | None, store: str | None, verify_blocks: bool = True, re
             ("model", f"{m.info.name} ({m.info.architecture}, {m.info.n_layer} layers, {m.info.n_head_kv} KV heads, "
                       f"{m.info.n_params / 1e6:.0f}M params, trained context {m.info.n_ctx_train})", True),
             ("model file", f"{prepared.path} [{prepared.form}]", None),
+            ("kv block moves", block_moves(m), None),
         ]
     except EpiError as exc:
         rows.append(("model", str(exc), False))
