@@ -107,7 +107,7 @@ static void row_to_f16(epi_row_kind kind, const uint8_t *src, int64_t n, int sca
                        uint8_t *dst)
 {
     if (kind == EPI_ROWS_F16 && !scaled) { memcpy(dst, src, (size_t)(2 * n)); return; }
-    if (epi_row_to_f16_fast((int)kind, src, n, scaled, scale, dst)) return;
+    if (epi_row_to_f16_fast(kind, src, n, scaled, scale, dst)) return;
     if (kind == EPI_ROWS_F16) f16_row_to_f32(src, n, tmp);
     else if (kind == EPI_ROWS_Q8_0) epi_dequantize_row_q8_0(src, tmp, n);
     else epi_dequantize_row_q4_0(src, tmp, n);

@@ -13,30 +13,17 @@
 #define FUSED_TARGET
 #endif
 
-static int cpu_has_fma(void)
-{
-#ifdef EPI_X86
-    static int has = -1;
-    if (has < 0) {
-        __builtin_cpu_init();
-        has = __builtin_cpu_supports("fma") ? 1 : 0;
-    }
-    return has;
-#else
-    return 1;  /* arm64 always has fused multiply-add */
-#endif
-}
-
-int epi_rope_shift_fused_default(void) { return cpu_has_fma(); }
+int epi_rope_shift_fused_default(void) { return epi_cpu_has_fma(); }
 
 void epi_rope_shift_cache(const epi_rope_shift *s, float *cache)
 {
+    const int32_t half = s->n_rot / 2;
     const float theta_scale = powf(s->freq_base, -2.0f / s->n_rot);
     float theta = (float)s->delta;                  /* ggml: theta_base = the shift, as float */
-    for (int32_t i0 = 0; i0 < s->n_rot; i0 += 2) {
+    for (int32_t j = 0; j < half; j++) {
         const float angle = s->freq_scale * theta;  /* rope_yarn with ext_factor 0 and mscale 1 */
-        cache[i0] = cosf(angle);
-        cache[i0 + 1] = sinf(angle);
+        cache[j] = cosf(angle);
+        cache[half + j] = sinf(angle);
         theta *= theta_scale;
     }
 }
@@ -101,14 +88,14 @@ __attribute__((target("avx2,f16c,fma")))
 static void rotate_row_f16_avx2(const epi_rope_shift *s, const float *cache, uint8_t *row, int64_t n_values)
 {
     const int32_t half = s->n_rot / 2;
+    const float *cos_j = cache, *sin_j = cache + half;
     const __m256 neg = _mm256_set1_ps(-0.0f);  /* negation flips the sign bit only: -(+0) is -0, as in C */
+    const __m256i pairs = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);  /* 4 angles, each for both values of its pair */
     for (int64_t h0 = 0; h0 + s->head_dim <= n_values; h0 += s->head_dim) {
         uint16_t *x = (uint16_t *)(row + 2 * h0);
         if (s->neox) {
             for (int32_t j = 0; j < half; j += 8) {
-                float cj[8], sj[8];
-                for (int t = 0; t < 8; t++) { cj[t] = cache[2 * (j + t)]; sj[t] = cache[2 * (j + t) + 1]; }
-                const __m256 c = _mm256_loadu_ps(cj), sn = _mm256_loadu_ps(sj);
+                const __m256 c = _mm256_loadu_ps(cos_j + j), sn = _mm256_loadu_ps(sin_j + j);
                 const __m256 x0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + j)));
                 const __m256 x1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + j + half)));
                 const __m256 o0 = _mm256_fmadd_ps(x0, c, _mm256_xor_ps(_mm256_mul_ps(x1, sn), neg));
@@ -119,8 +106,8 @@ static void rotate_row_f16_avx2(const epi_rope_shift *s, const float *cache, uin
             continue;
         }
         for (int32_t i = 0; i < s->n_rot; i += 8) {  /* lanes: x0 x1 x0 x1 ... of pairs i/2 .. i/2 + 3 */
-            const __m256 cs = _mm256_loadu_ps(cache + i);               /* c s c s ... */
-            const __m256 c = _mm256_moveldup_ps(cs), sn = _mm256_movehdup_ps(cs);
+            const __m256 c = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(cos_j + i / 2)), pairs);
+            const __m256 sn = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(sin_j + i / 2)), pairs);
             const __m256 xv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i)));
             const __m256 xs = _mm256_permute_ps(xv, 0xB1);              /* x1 x0 x1 x0 ... */
             const __m256 p = _mm256_mul_ps(xv, c), q = _mm256_mul_ps(xs, sn);  /* even: x0*c, x1*s; odd: x1*c, x0*s */
@@ -149,11 +136,10 @@ int epi_rope_shift_row_f16_fast(const epi_rope_shift *s, const float *cache, uin
 void epi_rope_shift_row(const epi_rope_shift *s, const float *cache, float *row, int64_t n_values)
 {
     const int32_t half = s->n_rot / 2;
-    float cos_j[EPI_ROPE_MAX_ROT / 2], sin_j[EPI_ROPE_MAX_ROT / 2];
-    for (int32_t j = 0; j < half; j++) { cos_j[j] = cache[2 * j]; sin_j[j] = cache[2 * j + 1]; }
+    const float *cos_j = cache, *sin_j = cache + half;
     for (int64_t h0 = 0; h0 + s->head_dim <= n_values; h0 += s->head_dim) {
         if (!s->fused) rotate_unfused(row + h0, half, s->neox, cos_j, sin_j);
-        else if (cpu_has_fma()) rotate_fused_fma(row + h0, half, s->neox, cos_j, sin_j);
+        else if (epi_cpu_has_fma()) rotate_fused_fma(row + h0, half, s->neox, cos_j, sin_j);
         else rotate_fused_libm(row + h0, half, s->neox, cos_j, sin_j);
     }
 }

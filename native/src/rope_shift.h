@@ -24,7 +24,8 @@ int epi_rope_shift_fused_default(void);
 
 #define EPI_ROPE_MAX_ROT 1024
 
-/* cache[2j], cache[2j + 1] = cos, sin of pair j's angle for s->delta (ggml's rope cache layout); n_rot floats. */
+/* The angles for s->delta, once per block: cache[j] = cos and cache[n_rot/2 + j] = sin of pair j's angle, computed as
+ * ggml's rope cache computes them (laid out apart, so no row pass has to pick them out again); n_rot floats. */
 void epi_rope_shift_cache(const epi_rope_shift *s, float *cache);
 
 /* Rotates one K row of n_values floats (whole heads; values read from the f16 cache, so f16-exact) in place by the

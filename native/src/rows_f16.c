@@ -55,18 +55,18 @@ static void f16_scaled_to_f16(const uint8_t *src, int64_t n, float scale, uint16
     }
 }
 
-int epi_row_to_f16_fast(int kind, const uint8_t *src, int64_t n, int scaled, float scale, uint8_t *dst)
+int epi_row_to_f16_fast(epi_row_kind kind, const uint8_t *src, int64_t n, int scaled, float scale, uint8_t *dst)
 {
     if (!epi_simd_usable() || n % EPI_QK) return 0;
     uint16_t *out = (uint16_t *)dst;  /* x86 is little-endian and allows unaligned access through these intrinsics */
-    if (kind == 1) q8_0_to_f16(src, n, scaled, scale, out);
-    else if (kind == 2) q4_0_to_f16(src, n, scaled, scale, out);
-    else if (kind == 0 && scaled) f16_scaled_to_f16(src, n, scale, out);
+    if (kind == EPI_ROWS_Q8_0) q8_0_to_f16(src, n, scaled, scale, out);
+    else if (kind == EPI_ROWS_Q4_0) q4_0_to_f16(src, n, scaled, scale, out);
+    else if (kind == EPI_ROWS_F16 && scaled) f16_scaled_to_f16(src, n, scale, out);
     else return 0;
     return 1;
 }
 #else
-int epi_row_to_f16_fast(int kind, const uint8_t *src, int64_t n, int scaled, float scale, uint8_t *dst)
+int epi_row_to_f16_fast(epi_row_kind kind, const uint8_t *src, int64_t n, int scaled, float scale, uint8_t *dst)
 {
     (void)kind; (void)src; (void)n; (void)scaled; (void)scale; (void)dst;
     return 0;
