@@ -16,7 +16,6 @@ import llama_cpp as L
 import numpy as np
 
 from .. import native
-from .gguf import GGUFHeaderError, read_gguf_header
 from .kv_memory import ParsedBlock
 from .llama_backend import LlamaModel, gpu_offload_supported
 
@@ -72,11 +71,8 @@ def _plain_rope(model: LlamaModel) -> bool:
         return False
     if any(model.meta(f"{arch}.{key}") is not None for key in _NOT_PLAIN_KEYS):
         return False
-    try:  # the tensor table (~35 ms for the bundled model, once per process)
-        names = read_gguf_header(model.path).tensor_names
-    except (GGUFHeaderError, OSError):
-        return False
-    return not any(part in name for name in names for part in _FREQ_FACTOR_TENSORS)
+    names = model.tensor_names
+    return names is not None and not any(part in name for name in names for part in _FREQ_FACTOR_TENSORS)
 
 
 def k_shift(rope: RopeParams, model: LlamaModel) -> native.RopeShift | None:
