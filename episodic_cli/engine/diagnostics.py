@@ -11,7 +11,7 @@ from importlib import metadata
 from .. import __version__
 from ..store import Store, StoreError
 from .errors import EpiError
-from .event_keys import k_shift, rope_params
+from .event_keys import k_shift_left_to_llama_cpp, rope_params
 from .llama_backend import LlamaModel, default_threads, gpu_offload_supported, llama_cpp_version, system_info
 from . import layer_visibility
 from .paths import cache_dir, data_dir, store_path
@@ -46,11 +46,9 @@ def layered_attention() -> str:
 
 def block_moves(model: LlamaModel) -> str:
     """How KV blocks loaded at new positions get their keys rotated with this model (engine/event_keys.k_shift)."""
-    rope = rope_params(model)
-    if k_shift(rope, model) is not None:
+    reason = k_shift_left_to_llama_cpp(rope_params(model), model)
+    if reason is None:
         return "native: K is rotated to a block's new place as it loads (plain RoPE, KV cache on the CPU)"
-    reason = ("the KV cache is on a GPU backend" if rope.plain else
-              "this model's RoPE has scaling, frequency factors or per-layer variants that epi does not reproduce")
     return f"by llama.cpp's K-shift inside the first decode: {reason}"
 
 

@@ -75,13 +75,20 @@ def _plain_rope(model: LlamaModel) -> bool:
     return names is not None and not any(part in name for name in names for part in _FREQ_FACTOR_TENSORS)
 
 
+def k_shift_left_to_llama_cpp(rope: RopeParams, model: LlamaModel) -> str | None:
+    """Why a moved block's K is left to llama.cpp's K-shift with this model (a clause), or None when epi rotates it."""
+    if not rope.plain or rope.n_rot > min(rope.head_dim, MAX_ROTATED_DIMS) or rope.n_rot % 2:
+        return "this model's RoPE has scaling, frequency factors or per-layer variants that epi does not reproduce"
+    if model.n_gpu_layers > 0 and gpu_offload_supported():
+        # CUDA and Metal compute their RoPE angles their own way, and a shift there costs next to nothing
+        return "the KV cache is on a GPU backend"
+    return None
+
+
 def k_shift(rope: RopeParams, model: LlamaModel) -> native.RopeShift | None:
     """How to rotate K for a block moved to a new position (delta 0 here; kv_memory sets it), or None when the move
-    is left to llama.cpp's K-shift at the next decode: RoPE that is not plain, or a KV cache that a GPU backend holds
-    (CUDA and Metal compute their RoPE angles their own way, and a shift there costs next to nothing)."""
-    if not rope.plain or rope.n_rot > min(rope.head_dim, MAX_ROTATED_DIMS) or rope.n_rot % 2:
-        return None
-    if model.n_gpu_layers > 0 and gpu_offload_supported():
+    is left to llama.cpp's K-shift at the next decode (k_shift_left_to_llama_cpp says why)."""
+    if k_shift_left_to_llama_cpp(rope, model) is not None:
         return None
     return native.RopeShift(delta=0, head_dim=rope.head_dim, n_rot=rope.n_rot, neox=rope.neox,
                             freq_base=rope.freq_base, freq_scale=rope.freq_scale,

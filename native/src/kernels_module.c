@@ -149,7 +149,7 @@ static PyObject *py_scale_rows(PyObject *self, PyObject *args)
 
 PyDoc_STRVAR(assemble_state_blob_doc,
 "assemble_state_blob(kind, positions, k_rows, v_rows, n_layer, n_cells, n_embd_k, n_embd_v, v_trans, src_seq,\n"
-"                    cell_seq, v_scale, out)\n\n"
+"                    cell_seq, v_scale, shift, out)\n\n"
 "Write llama.cpp's sequence state blob for an epi payload's sections into buffer out (exactly the blob's size):\n"
 "positions (n_cells little-endian i32), k_rows / v_rows ([n_layer, n_cells] rows of `kind`: f16, q8_0, q4_0).\n"
 "K and V become f16, V is multiplied by v_scale when v_scale != 1.0 and transposed when v_trans.\n"
