@@ -33,6 +33,16 @@ def test_question_vectors_match_sentence_transformers(embedder):
         assert abs(float(np.linalg.norm(got)) - 1.0) < 1e-5
 
 
+def test_the_kept_last_query_is_the_one_asked_for(embedder):
+    """A layered answer embeds its question once for two retrievals; another question must get its own vector."""
+    a, b = embedder.embed_query(TEXTS[0]), embedder.embed_query(TEXTS[1])
+    assert embedder.embed_query(TEXTS[1]) is b
+    again = embedder.embed_query(TEXTS[0])
+    assert again is not a and np.array_equal(again, a) and not np.allclose(again, b)
+    with pytest.raises(ValueError):  # shared with every caller: nobody may change it in place
+        again[0] = 1.0
+
+
 def test_ranking_of_passages_is_unchanged(embedder):
     passages = TEXTS[4:] + ["The tide table lists high water at 06:12.", "Chapter 3: the betrayal at the ford."]
     vecs = embedder.embed_texts(passages)

@@ -51,6 +51,7 @@ class Embedder:
     def __init__(self, threads: int | None = None):
         self.threads = threads
         self.path = bundled_embedder_path()  # fails now, with what to do, if the package is missing
+        self._last_query: tuple[str, np.ndarray] | None = None
 
     @cached_property
     def _model(self):
@@ -101,5 +102,11 @@ class Embedder:
         return np.stack([_pool(vecs[a:b]) for a, b in spans])
 
     def embed_query(self, text: str) -> np.ndarray:
-        """The same vector embed_texts gives `text` (within ~1e-6), without loading sentence-transformers."""
-        return _pool(np.stack([self._query_encoder.encode(w) for w in _windows(text)]))
+        """The same vector embed_texts gives `text` (within ~1e-6), without loading sentence-transformers. The last
+        query's vector is kept: a layered answer retrieves twice for one question (kv mode's events, then the pool),
+        and encoding it again took ~5 ms of the first token."""
+        if self._last_query is None or self._last_query[0] != text:
+            vector = _pool(np.stack([self._query_encoder.encode(w) for w in _windows(text)]))
+            vector.setflags(write=False)  # shared by every caller that asks for the same text
+            self._last_query = (text, vector)
+        return self._last_query[1]
