@@ -23,7 +23,7 @@ from .engine.segment import REFINE_METHODS, SegmentParams
 from .engine.sources import Skipped, discover
 from .engine.kv_capture import DEFAULT_KIND
 from .engine.kv_memory import KINDS as KV_KINDS
-from .engine.workspace import DEFAULT_K, MAX_EVENT_TOKENS, MODES, Workspace
+from .engine.workspace import DEFAULT_K, LAYER_BUDGET, MAX_EVENT_TOKENS, MODES, POOL_TOKENS_RANGE, Workspace
 from .store import Store, StoreError
 
 app = typer.Typer(
@@ -49,7 +49,7 @@ EpmanOpt = Annotated[bool, typer.Option("--epman", help="kv mode: weight each re
 DocOpt = Annotated[Optional[list[str]], typer.Option("--doc", "-d", help="Answer only from documents matching this glob (their path as `epi ls` shows it, or its file name: `--doc book.pdf`, `--doc 'src/*.py'`); repeat it for more.", show_default=False)]
 ShortOpt = Annotated[bool, typer.Option("--short/--no-short", help="A question asking for a fact (which, what, who, where, when, how many) is answered with the span of the evidence the model finds likeliest first (a name, number, identifier, option), then one sentence. --no-short: the model's own words only.")]
 LayeredOpt = Annotated[bool, typer.Option("--layered", help="kv mode: load a larger pool of retrieved blocks and let each model layer attend only to the blocks its own query selects (EM-LLM/InfLLM; needs epi's patched llama.cpp, see `epi doctor`). Reads blocks whole.")]
-PoolOpt = Annotated[Optional[int], typer.Option("--pool", min=1000, max=48000, help="With --layered: tokens of retrieved blocks in the pool (default: what the answer context holds, ~7,000). A larger pool consults more of the archive: its blocks share positions in lanes (InfLLM), each layer still seeing 3,072 tokens of them; it costs memory (~23 KB a token with the bundled model) and loading time.", show_default=False)]
+PoolOpt = Annotated[Optional[int], typer.Option("--pool", help="With --layered: tokens of retrieved blocks in the pool, 4,096-48,000 (default: what the answer context holds, ~7,000). A larger pool consults more of the archive: its blocks share positions in lanes (InfLLM), each layer still seeing 3,072 tokens of them; it costs memory (~23 KB a token with the bundled model) and loading time.", show_default=False)]
 KVBudgetOpt = Annotated[Optional[str], typer.Option("--kv-budget", help="Disk the store may use for KV blocks, all models together (e.g. `500MB`, `20GB`, `0`); kept in the store. Default 10GB.", show_default=False)]
 
 _SIZE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
@@ -174,6 +174,11 @@ def check_doc_globs(st: Store, globs: list[str] | None) -> None:
 def check_pool(pool: int | None, layered: bool) -> None:
     if pool is not None and not layered:
         raise EpiError("--pool sizes the pool of --layered answers; add --layered, or leave --pool out")
+    low, high = POOL_TOKENS_RANGE
+    if pool is not None and not low <= pool <= high:
+        raise EpiError(f"--pool {pool}: a layered pool holds {low:,}-{high:,} tokens (each layer sees "
+                       f"{LAYER_BUDGET:,} of them, so a smaller pool leaves nothing to choose); leave --pool out for "
+                       "the default, what the answer context holds")
 
 
 def nothing_to_ingest(skipped: list[Skipped]) -> str:

@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import TEXT_QUESTION, assert_one_line_error, license_text, tier_block_paths, workspace_for
+from episodic_cli import app as app_module
 from episodic_cli.app import app
 from episodic_cli.engine import layer_visibility
 from episodic_cli.engine.answer import Answer
@@ -146,6 +147,33 @@ def test_the_question_is_read_with_the_anchors_and_its_last_token_again_under_th
     assert np.abs(logits["kept"] - logits["reread"]).max() < 0.1
     assert logits["kept"].argmax() == logits["reread"].argmax()
     assert np.abs(logits["kept, all selected"] - logits["kept"]).max() > 0.5
+
+
+@needs_patch
+def test_the_anchors_leave_every_layer_a_share_of_its_budget_to_choose(engine, shared_store, monkeypatch):
+    """Retrieval's own events, which every layer sees first, fill at most LAYERED_ANCHOR_TOKENS of a layer's budget:
+    uncapped, the default k=5 and its neighbours filled the whole budget and no layer chose a block. This store holds
+    ~3k tokens, so the budgets are scaled down with it (the anchors' cap, a layer's budget)."""
+    from episodic_cli.engine import workspace
+
+    ws = workspace_for(engine, shared_store.store_dir)
+    with Store.open_existing(shared_store.store_dir) as st:
+        events = ws.retrieve(st, TEXT_QUESTION, 50, pool=True)
+        cap = sorted(r.n_tokens for r in events)[-1] + 1  # room for the best hit, whatever its size, and little more
+        monkeypatch.setattr(workspace, "LAYERED_ANCHOR_TOKENS", cap)
+        answerer = ws.answerer("kv", st, layered=True)
+        answerer.budget = 2 * cap
+        result, stream = ws.ask(st, TEXT_QUESTION, layered=True, should_stop=lambda: True)  # the default k
+        for _ in stream:
+            pass
+    ws.close()
+    report = result.answer.layered
+    anchored = [i for i, event_id in enumerate(report.event_ids) if event_id in answerer.anchors]
+    chosen = np.delete(report.visible, anchored, axis=1)
+    sizes = {r.event.id: r.n_tokens for r in result.retrieved}
+    assert 0 < sum(sizes[report.event_ids[i]] for i in anchored) <= cap < report.pool_tokens
+    assert report.visible[:, anchored].all()  # every layer sees the anchors
+    assert chosen.any(axis=1).all()  # and every layer chose something besides them
 
 
 @needs_patch
@@ -307,11 +335,23 @@ def test_ask_layered_json_reports_the_pool_and_each_layer(shared_store, monkeypa
 @needs_patch
 def test_ask_layered_pool_sets_the_pool_size(shared_store, monkeypatch):
     monkeypatch.setenv("EPI_HOME", str(shared_store.home))
+    # this store holds ~3k tokens, less than the smallest pool a user may ask for: lower the bound to see --pool act
+    monkeypatch.setattr(app_module, "POOL_TOKENS_RANGE", (1000, 48_000))
     result = runner.invoke(app, ["ask", TEXT_QUESTION, "--store", str(shared_store.store_dir), "--layered",
                                  "--pool", "1200", "--json"])
     assert result.exit_code == 0, result.output
     layered = json.loads(result.stdout)["layered"]
     assert 0 < layered["pool_tokens"] <= 1200 and layered["lanes"] == 1
+
+
+@pytest.mark.parametrize("pool", ["1200", "48001", "-5"])
+def test_ask_pool_outside_its_range_says_what_to_do(shared_store, monkeypatch, pool):
+    """A pool no larger than a layer's budget would be seen whole by every layer: refused in one line, like a pool
+    too large to load."""
+    monkeypatch.setenv("EPI_HOME", str(shared_store.home))
+    result = runner.invoke(app, ["ask", TEXT_QUESTION, "--store", str(shared_store.store_dir), "--layered",
+                                 "--pool", pool])
+    assert_one_line_error(result, f"--pool {pool}", "4,096-48,000")
 
 
 def test_ask_pool_without_layered_says_what_to_do(shared_store, monkeypatch):

@@ -43,6 +43,14 @@ LAYER_BUDGET = EVIDENCE_BUDGET  # tokens of the pool each layer sees in a layere
 # still reads only the 2 best sentences, so more hits cost retrieval milliseconds, not decoding (docs/evaluation.md).
 DEFAULT_K = 5
 LAYERED_POOL_K = 12  # hits in a layered pool per answer context's room of it (before neighbours)
+# Retrieval's own events, which every layer of a layered answer sees first (its anchors), fill at most two thirds of
+# a layer's budget, so that at least a third (1,024 tokens) is each layer's own choice: uncapped, the default k=5
+# with neighbours filled all 3,072 and no layer chose anything (`--layered` read like `--whole`). Measured with
+# anchors of ~1,700-2,100 tokens (docs/layered.md).
+LAYERED_ANCHOR_TOKENS = 2 * LAYER_BUDGET // 3
+# `--pool`: at least a layer's budget and the share it chooses (a smaller pool is seen whole by every layer, so
+# nothing would be selected), at most what a 2-core laptop loads in a few seconds (~23 KB a token: ~1.1 GB)
+POOL_TOKENS_RANGE = (LAYER_BUDGET + LAYER_BUDGET // 3, 48_000)
 LAYERED_UNAVAILABLE = ("--layered needs epi's patched llama.cpp, and this llama-cpp-python lacks the patch: run "
                        "./install.sh from epi's source folder (`epi doctor` says whether the patch is in)")
 MAX_EVENT_TOKENS = 1024  # the ingest context grows with it (ingest.ingest_context): an undecided event stays in it
@@ -216,14 +224,16 @@ class Workspace:
         return self.layered_pool or self.room()
 
     def retrieve(self, store: Store, question: str, k: int, neighbours: int = 1, docs: list[str] | None = None,
-                 scope: Restriction | None = None, pool: bool = False) -> list[RetrievedEvent]:
-        """The events an answer reads; `pool`: up to pool_tokens() of them (a layered answer's pool)."""
+                 scope: Restriction | None = None, pool: bool = False, token_budget: int | None = None
+                 ) -> list[RetrievedEvent]:
+        """The events an answer reads; `pool`: up to pool_tokens() of them (a layered answer's pool); `token_budget`:
+        at most this many tokens of them instead (the best hit is always kept)."""
         if k < 1:
             raise EpiError("-k must be at least 1")
         scope = scope or self.scope(store, question, docs)
         text = scope.query or question  # inside "chapter 3", search for the rest of the question
         query = self.embedder.embed_query(text)
-        budget = self.pool_tokens() if pool else min(EVIDENCE_BUDGET, self.room())
+        budget = token_budget or (self.pool_tokens() if pool else min(EVIDENCE_BUDGET, self.room()))
         found = retrieve(store, query, text, k, neighbours, token_budget=budget, allowed=scope.allowed,
                          boosted=scope.boosted)
         for r in found:
@@ -268,7 +278,8 @@ class Workspace:
         mode = mode or self.default_mode(store)
         if epman and mode != "kv":
             raise EpiError("--epman weights KV blocks, so it needs kv mode (a store ingested with KV blocks)")
-        retrieved = relevance_order(self.retrieve(store, search, k, neighbours, scope=scope))  # the order read
+        retrieved = relevance_order(self.retrieve(store, search, k, neighbours, scope=scope,  # the order read
+                                                  token_budget=LAYERED_ANCHOR_TOKENS if layered else None))
         anchors = {r.event.id for r in retrieved}
         if layered:  # a pool of whole blocks; each layer picks its own (narrowing would leave no blocks to pick)
             retrieved = self.pool(store, search, k, neighbours, scope)
