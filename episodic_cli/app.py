@@ -220,26 +220,28 @@ def ask(
     check_pool(pool, layered)
     ws = Workspace(model, store, threads, warn=render.warning, on_prepare=render.prepare_progress(quiet=as_json))
     ws.layered_pool = pool or 0
-    with Store.open_existing(ws.store_dir) as st:
-        check_doc_globs(st, doc)  # a typo fails before the model loads
-        with render.status("loading model", quiet=as_json):
-            ws.check_store(st)
-            ws.embedder.load(batches=False)  # before timing starts
-            ws.answerer(mode or ws.default_mode(st), st, layered)
-        result, stream = ws.ask(st, question, k=k, mode=mode, neighbours=neighbours, epman=epman, docs=doc,
-                                narrow=not whole, layered=layered, short=short)
-        if not as_json:
-            render.scope(result.scope)
-        if as_json:
-            for _ in stream:
-                pass
-            print(json.dumps(result.as_json(), ensure_ascii=False))
-        else:
-            render.stream_answer(stream)
-            render.evidence(result)
-            render.sources(result.retrieved)
-            render.timings(result)
-    ws.close()
+    try:
+        with Store.open_existing(ws.store_dir) as st:
+            check_doc_globs(st, doc)  # a typo fails before the model loads
+            with render.status("loading model", quiet=as_json):
+                ws.check_store(st)
+                ws.embedder.load(batches=False)  # before timing starts
+                ws.answerer(mode or ws.default_mode(st), st, layered)
+            result, stream = ws.ask(st, question, k=k, mode=mode, neighbours=neighbours, epman=epman, docs=doc,
+                                    narrow=not whole, layered=layered, short=short)
+            if not as_json:
+                render.scope(result.scope)
+            if as_json:
+                for _ in stream:
+                    pass
+                print(json.dumps(result.as_json(), ensure_ascii=False))
+            else:
+                render.stream_answer(stream)
+                render.evidence(result)
+                render.sources(result.retrieved)
+                render.timings(result)
+    finally:
+        ws.close()  # the model and contexts go, whatever stopped the answer
 
 
 @app.command()
@@ -262,14 +264,16 @@ def chat(
     check_pool(pool, layered)
     ws = Workspace(model, store, threads, warn=render.warning, on_prepare=render.prepare_progress())
     ws.layered_pool = pool or 0
-    with Store.open_existing(ws.store_dir) as st:
-        check_doc_globs(st, doc)
-        with render.status("loading model"):
-            ws.check_store(st)
-            ws.embedder.load(batches=False)
-            ws.answerer(ws.default_mode(st), st, layered)
-        run_repl(ws, st, k, epman, docs=doc, layered=layered, short=short)
-    ws.close()
+    try:
+        with Store.open_existing(ws.store_dir) as st:
+            check_doc_globs(st, doc)
+            with render.status("loading model"):
+                ws.check_store(st)
+                ws.embedder.load(batches=False)
+                ws.answerer(ws.default_mode(st), st, layered)
+            run_repl(ws, st, k, epman, docs=doc, layered=layered, short=short)
+    finally:
+        ws.close()
 
 
 @app.command("ls")

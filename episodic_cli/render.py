@@ -289,9 +289,9 @@ def timings(result) -> None:
               f"total {t.total_s:.2f} s[/]")
     report = result.answer.layered
     if report is not None and report.visible_blocks:
+        low, high = min(report.visible_blocks), max(report.visible_blocks)
         err.print(f"[dim]layered: a pool of {report.pool_blocks} blocks ({report.pool_tokens:,} tokens); each layer "
-                  f"saw {min(report.visible_blocks)}-{max(report.visible_blocks)} of them "
-                  f"(at most {report.budget_tokens:,} tokens)[/]")
+                  f"saw {low if low == high else f'{low}-{high}'} of them (at most {report.budget_tokens:,} tokens)[/]")
 
 
 def documents(docs, stats: dict, kv: dict) -> None:

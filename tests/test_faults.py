@@ -310,6 +310,17 @@ def test_long_question_is_refused_with_the_limit_named(shared_store):
     assert_one_line_error(result, f"{len(question):,} characters", f"at most {MAX_QUESTION_CHARS:,}")
 
 
+def test_empty_question_is_refused_before_the_model_loads(shared_store, monkeypatch):
+    from episodic_cli.engine import workspace
+
+    def no_model(*_a, **_k):  # failure injection: loading the model here would be the defect
+        raise AssertionError("the model was loaded for an empty question")
+
+    monkeypatch.setattr(workspace.Workspace, "check_store", no_model)
+    result = invoke("ask", "   ", "--store", shared_store.store_dir)
+    assert_one_line_error(result, "the question is empty")
+
+
 def test_long_question_in_chat_is_refused_and_the_chat_goes_on(shared_store):
     long_line = "x" * (MAX_QUESTION_CHARS + 1)
     result = invoke("chat", "--store", shared_store.store_dir, input=f"{long_line}\n/exit\n")

@@ -13,11 +13,11 @@ keys its question query matches best, within a token budget per layer:
    its own token order and no position passes the window the model was trained on. The cells beyond the window
    cost memory (the context is made with room for them) and, with flash attention, little time in a layer that
    hides them.
-3. Probe: the question part is decoded with retrieval's own events visible (the anchors: kv mode's hits and
-   neighbours, which every layer sees first; the whole pool when none is in it) while query_capture reads each
-   layer's queries; their mean (rotation undone, as the stored representative keys are) scores every block in
-   every layer (native.block_scores) and each layer keeps the best blocks that fit its budget
-   (native.select_blocks).
+3. Probe: the question part is decoded with retrieval's own events visible (the anchors: its best hits and
+   neighbours, up to two thirds of a layer's budget, workspace.LAYERED_ANCHOR_TOKENS, which every layer sees first;
+   the whole pool when none is in it) while query_capture reads each layer's queries; their mean (rotation undone,
+   as the stored representative keys are) scores every block in every layer (native.block_scores) and each layer
+   keeps the best blocks that fit its budget (native.select_blocks).
 4. Each layer's hidden blocks are set (layer_visibility: epi's llama.cpp patch) and the question's last token is
    decoded again under them, so the first answer token and every one after it read what each layer selected. The
    question's other cells stay as the probe computed them (reading the anchors, as kv mode's question does):

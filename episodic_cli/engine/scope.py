@@ -192,6 +192,9 @@ def resolve(store: Store, scope: Scope, doc_globs: list[str] | None = None) -> R
         if named:
             docs = named
             out.described = ", ".join(sorted(set(named.values()))[:3])
+    if docs is not None and out.described is None:  # `--doc` alone: name what it left, as a named file is named
+        shown = sorted(set(docs.values()))
+        out.described = ", ".join(shown[:3]) + (f" and {len(shown) - 3} more" if len(shown) > 3 else "")
     if not (scope.structural or scope.symbols):
         if docs is not None:
             out.allowed = {row[0] for row in store.event_places(list(docs))}
