@@ -13,7 +13,9 @@ tier stores them (f16, q8_0, q4_0). Each condition turns every block into llama.
 Reading: the same pool written as tier block files (`write_block_file`, in a temporary folder, so in the page
 cache as a tier the answers use is), then read back with every block kept until the pool is read, as an answer
 keeps them: `copied` reads each file into memory and checks its crc32 as `read_block_file` did before 2026-11-24,
-`mapped` is `read_block_file` now (the file mapped read-only, then checked).
+`mapped` is `read_block_file` now (the file mapped read-only, then checked with native.crc32).
+
+Checksum: the pool's payloads through zlib.crc32 and native.crc32 (the same values; carry-less multiplies).
 
 Ratios are taken within the run. Results: docs/assemble.json.
 
@@ -89,6 +91,20 @@ def read_s(payloads: list[bytes], kind: str, repeat: int) -> dict[str, float]:
             for which in ("first", "best")}
 
 
+def checksum_s(payloads: list[bytes], repeat: int) -> dict[str, float]:
+    """Best time to checksum the pool's payloads: zlib's crc32, and native.crc32 (the same values, PCLMULQDQ)."""
+    out = {}
+    for name, crc in (("zlib", zlib.crc32), ("native", native.crc32)):
+        best = float("inf")
+        for _ in range(repeat):
+            t = time.perf_counter()
+            for p in payloads:
+                crc(p)
+            best = min(best, time.perf_counter() - t)
+        out[name] = best
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cells", type=int, default=5500)
@@ -133,9 +149,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {kind} | {mb:.1f} | {t['copied_first'] * 1e3:.1f} | {t['mapped_first'] * 1e3:.1f} "
               f"| {t['copied_best'] * 1e3:.1f} | {t['mapped_best'] * 1e3:.1f} "
               f"| {t['mapped_first'] / t['copied_first']:.2f}x | {t['mapped_best'] / t['copied_best']:.2f}x |")
+    checks = []
+    print()
+    print("| kind | MB | zlib.crc32 (ms) | native.crc32 | native / zlib |")
+    print("|---|---|---|---|---|")
+    for kind in K.KINDS:
+        payloads = pool(args.cells, args.block, kind)
+        t = checksum_s(payloads, args.repeat)
+        mb = sum(len(p) for p in payloads) / 1e6
+        checks.append({"kind": kind, "mb": round(mb, 1), **{f"{key}_s": v for key, v in t.items()}})
+        print(f"| {kind} | {mb:.1f} | {t['zlib'] * 1e3:.1f} | {t['native'] * 1e3:.1f} "
+              f"| {t['native'] / t['zlib']:.2f}x |")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"machine": platform.processor() or platform.machine(), "assemble": rows,
-                                    "read": reads}, indent=1))
+                                    "read": reads, "checksum": checks}, indent=1))
     return 0
 
 

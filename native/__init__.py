@@ -11,7 +11,7 @@ from ._kernels import block_scores as _block_scores
 from ._kernels import dequantize as _dequantize
 from ._kernels import eval_gate_address as _eval_gate_address
 from ._kernels import quantize as _quantize
-from ._kernels import rope_shift_fused_default, set_simd, simd_usable
+from ._kernels import crc32, crc32_folding, rope_shift_fused_default, set_simd, simd_usable
 from ._kernels import scale_rows as _scale_rows
 from ._kernels import select_blocks as _select_blocks
 from ._kernels import surprise as _surprise

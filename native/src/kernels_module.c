@@ -7,6 +7,7 @@
 #include "assemble.h"
 #include "simd.h"
 #include "block_select.h"
+#include "crc32.h"
 #include "eval_gate.h"
 #include "quant.h"
 #include "scale.h"
@@ -346,7 +347,40 @@ static PyObject *py_simd_usable(PyObject *self, PyObject *unused)
     return PyBool_FromLong(epi_simd_usable());
 }
 
+PyDoc_STRVAR(crc32_doc,
+"crc32(data, value=0) -> int\n\n"
+"zlib.crc32(data, value), bit for bit, for any contiguous buffer (bytes, memoryview, mmap, numpy array): with\n"
+"carry-less multiplies where the CPU has PCLMULQDQ (crc32_folding()), a table otherwise.");
+
+static PyObject *py_crc32(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    unsigned int value = 0;
+    uint32_t crc;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*|I", &view, &value)) return NULL;
+    if (view.len >= 65536) {  /* a block file's payload: let other threads run meanwhile */
+        Py_BEGIN_ALLOW_THREADS
+        crc = epi_crc32(value, (const unsigned char *)view.buf, (size_t)view.len);
+        Py_END_ALLOW_THREADS
+    } else {
+        crc = epi_crc32(value, (const unsigned char *)view.buf, (size_t)view.len);
+    }
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(crc);
+}
+
+PyDoc_STRVAR(crc32_folding_doc, "crc32_folding() -> bool\n\nWhether crc32 runs its PCLMULQDQ path now.");
+
+static PyObject *py_crc32_folding(PyObject *self, PyObject *unused)
+{
+    (void)self; (void)unused;
+    return PyBool_FromLong(epi_crc32_folding());
+}
+
 static PyMethodDef methods[] = {
+    {"crc32", py_crc32, METH_VARARGS, crc32_doc},
+    {"crc32_folding", py_crc32_folding, METH_NOARGS, crc32_folding_doc},
     {"set_simd", py_set_simd, METH_VARARGS, set_simd_doc},
     {"simd_usable", py_simd_usable, METH_NOARGS, simd_usable_doc},
     {"rope_shift_fused_default", py_rope_shift_fused_default, METH_NOARGS, rope_shift_fused_default_doc},

@@ -37,6 +37,8 @@ int epi_cpu_has_fma(void)
     return has_fma;
 }
 
+int epi_simd_enabled(void) { return enabled; }
+
 int epi_simd_set_enabled(int on)
 {
     const int before = enabled;

@@ -7,6 +7,8 @@ int epi_simd_usable(void);
 /* Whether the CPU has fused multiply-add (x86 with FMA, every arm64): then a llama.cpp built for it contracts RoPE's
  * multiply-adds, and rope_shift.c may run FMA instructions. Not affected by the switch below. */
 int epi_cpu_has_fma(void);
+/* Whether the switch below is on (each path still checks its own CPU features: crc32.c's PCLMULQDQ). */
+int epi_simd_enabled(void);
 /* Turn the paths off (0) or back on (1, where the CPU allows); returns the previous setting. */
 int epi_simd_set_enabled(int enabled);
 #endif
