@@ -45,6 +45,18 @@ def test_large_buffers_and_special_bytes_match_zlib(path_kind):
         native.crc32("text is not bytes")
 
 
+def test_threads_checksumming_at_once_agree_with_zlib(path_kind):
+    """crc32 lets other threads run while it reads a large buffer; its table is built when the module loads, so
+    concurrent callers never see it half made."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(6)
+    bufs = [rng.integers(0, 256, (1 << 17) + i * 13, dtype=np.uint8).tobytes() for i in range(16)]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda b: native.crc32(b, 0xC0FFEE), bufs))
+    assert got == [zlib.crc32(b, 0xC0FFEE) for b in bufs]
+
+
 def test_a_block_file_keeps_zlibs_checksum_and_reads_through_a_mapping(tmp_path, path_kind):
     """Files written before this checksum (zlib) and after it are the same bytes: a store reads both."""
     assert block_file._crc32 is native.crc32  # the store really uses it

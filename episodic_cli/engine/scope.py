@@ -191,8 +191,7 @@ def resolve(store: Store, scope: Scope, doc_globs: list[str] | None = None) -> R
             named = {i: p for i, p in named.items() if i in docs}
         if named:
             docs = named
-            out.described = ", ".join(sorted(set(named.values()))[:3])
-    if docs is not None and out.described is None:  # `--doc` alone: name what it left, as a named file is named
+    if docs is not None:  # the documents a named file or `--doc` left, then any chapter, section or page in them
         shown = sorted(set(docs.values()))
         out.described = ", ".join(shown[:3]) + (f" and {len(shown) - 3} more" if len(shown) > 3 else "")
     if not (scope.structural or scope.symbols):

@@ -233,8 +233,9 @@ class Workspace:
         scope = scope or self.scope(store, question, docs)
         text = scope.query or question  # inside "chapter 3", search for the rest of the question
         query = self.embedder.embed_query(text)
-        budget = token_budget or (self.pool_tokens() if pool else min(EVIDENCE_BUDGET, self.room()))
-        found = retrieve(store, query, text, k, neighbours, token_budget=budget, allowed=scope.allowed,
+        if token_budget is None:
+            token_budget = self.pool_tokens() if pool else min(EVIDENCE_BUDGET, self.room())
+        found = retrieve(store, query, text, k, neighbours, token_budget=token_budget, allowed=scope.allowed,
                          boosted=scope.boosted)
         for r in found:
             r.cited_section = scope.cited_section(r.section) if scope.places else None

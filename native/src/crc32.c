@@ -107,6 +107,12 @@ static uint32_t folded(uint32_t c, const unsigned char *buf, size_t len) { retur
 
 static int cpu = -1;
 
+void epi_crc32_init(void)
+{
+    if (!table_ready) make_table();
+    if (cpu < 0) cpu = cpu_has_pclmul_sse41();
+}
+
 int epi_crc32_folding(void)
 {
     if (cpu < 0) cpu = cpu_has_pclmul_sse41();

@@ -328,8 +328,9 @@ static PyObject *py_rope_shift_fused_default(PyObject *self, PyObject *unused)
 
 PyDoc_STRVAR(set_simd_doc,
 "set_simd(enabled) -> bool\n\n"
-"Turn the AVX2/F16C/FMA paths of the assembler off or back on (where the CPU has them); returns the previous\n"
-"setting. They compute the same bits as the scalar paths: for tests and side-by-side benchmarks.");
+"Turn the SIMD paths off or back on (where the CPU has them): the assembler's AVX2/F16C/FMA rows and crc32's\n"
+"PCLMULQDQ folding; returns the previous setting. They compute the same bits as the scalar paths: for tests and\n"
+"side-by-side benchmarks.");
 
 static PyObject *py_set_simd(PyObject *self, PyObject *args)
 {
@@ -397,4 +398,8 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels", "epi native kernels", -1, methods};
 
-PyMODINIT_FUNC PyInit__kernels(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__kernels(void)
+{
+    epi_crc32_init();  /* under the import lock: crc32 releases the GIL, so no thread may build its table lazily */
+    return PyModule_Create(&module);
+}

@@ -9,6 +9,7 @@ int epi_simd_usable(void);
 int epi_cpu_has_fma(void);
 /* Whether the switch below is on (each path still checks its own CPU features: crc32.c's PCLMULQDQ). */
 int epi_simd_enabled(void);
-/* Turn the paths off (0) or back on (1, where the CPU allows); returns the previous setting. */
+/* Turn the paths off (0) or back on (1, where the CPU allows), crc32.c's PCLMULQDQ folding with them; returns the
+ * previous setting. */
 int epi_simd_set_enabled(int enabled);
 #endif
