@@ -46,7 +46,7 @@ static uint32_t folded(uint32_t c, const unsigned char *buf, size_t len)
     const __m128i k5k0 = _mm_set_epi64x(0, 0x0163cd6124LL);
     const __m128i poly = _mm_set_epi64x(0x01f7011641LL, 0x01db710641LL);
     const __m128i low32 = _mm_setr_epi32(~0, 0, ~0, 0);
-    __m128i x0, x1, x2, x3, x4, x5, x6, x7, x8;
+    __m128i x1, x2, x3, x4, x5, x6, x7, x8;
 
     x1 = _mm_loadu_si128((const __m128i *)(buf + 0x00));
     x2 = _mm_loadu_si128((const __m128i *)(buf + 0x10));
@@ -97,7 +97,6 @@ static uint32_t folded(uint32_t c, const unsigned char *buf, size_t len)
     x2 = _mm_and_si128(x2, low32);
     x2 = _mm_clmulepi64_si128(x2, poly, 0x00);
     x1 = _mm_xor_si128(x1, x2);
-    (void)x0;
     return (uint32_t)_mm_extract_epi32(x1, 1);
 }
 #else
