@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from episodic_cli import native
-from episodic_cli.engine import kv_memory as K
+from episodic_cli.engine.kv import blocks as K
 from episodic_cli.store.kv_tier.block_file import BlockType, read_block_file, write_block_file
 
 N_LAYER, N_EMBD = 30, 192

@@ -54,8 +54,8 @@ def status_mb(field: str = "VmRSS") -> float:
 def walk(doc_path: str, spool_dir: str) -> dict:
     """In the child: the document side of one ingest, with the tree on sys.path."""
     from episodic_cli.engine.heap import release_free_memory
-    from episodic_cli.engine.sources import load_document
-    from episodic_cli.engine.token_stream import DocumentTokens
+    from episodic_cli.engine.documents.sources import load_document
+    from episodic_cli.engine.ingest.token_stream import DocumentTokens
     from episodic_cli.engine.workspace import Workspace
 
     ws = Workspace()

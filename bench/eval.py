@@ -34,12 +34,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import generators as gen  # noqa: E402
 
-from episodic_cli.engine import layer_visibility  # noqa: E402
-from episodic_cli.engine.answer import SYSTEM_PROMPT, build_messages, sources_turn  # noqa: E402
+from episodic_cli.engine.llama import layer_visibility  # noqa: E402
+from episodic_cli.engine.answer.text_mode import SYSTEM_PROMPT, build_messages, sources_turn  # noqa: E402
 from episodic_cli.engine.paths import cache_dir  # noqa: E402
-from episodic_cli.engine.retrieve import RetrievedEvent  # noqa: E402
-from episodic_cli.engine.segment import SegmentParams  # noqa: E402
-from episodic_cli.engine.sources import discover  # noqa: E402
+from episodic_cli.engine.retrieval.retrieve import RetrievedEvent  # noqa: E402
+from episodic_cli.engine.ingest.segment import SegmentParams  # noqa: E402
+from episodic_cli.engine.documents.sources import discover  # noqa: E402
 from episodic_cli.engine.workspace import Workspace  # noqa: E402
 from episodic_cli.store import Store  # noqa: E402
 

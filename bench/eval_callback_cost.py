@@ -5,7 +5,7 @@ Three contexts with flash attention, the same 3,000 tokens of prose, one decode 
 one at a time, interleaved round by round:
 - `none`     no callback (kv mode's contexts);
 - `gated`    the query-capture callback behind epi's C gate, disarmed (what a layered context carries while it
-             generates: engine/query_capture.py, native/src/eval_gate.c);
+             generates: engine/llama/query_capture.py, native/src/eval_gate.c);
 - `ctypes`   the same Python reader installed directly, as epi did before the gate.
 ms per token, median of `--rounds` rounds; the ratios are to `none`.
 
@@ -25,9 +25,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from eval import load_average  # noqa: E402
 
-from episodic_cli.engine.event_keys import rope_params  # noqa: E402
-from episodic_cli.engine.llama_backend import LlamaSession  # noqa: E402
-from episodic_cli.engine.query_capture import QueryCapture  # noqa: E402
+from episodic_cli.engine.kv.keys import rope_params  # noqa: E402
+from episodic_cli.engine.llama.backend import LlamaSession  # noqa: E402
+from episodic_cli.engine.llama.query_capture import QueryCapture  # noqa: E402
 from episodic_cli.engine.workspace import Workspace  # noqa: E402
 
 TOKENS = 32

@@ -3,7 +3,7 @@
 Every held-out question is asked once in each condition on the same store, one right after the other, the order
 rotating from question to question so that a change in the machine's load falls on all of them:
 - `k3-free`  kv mode as it was: k=3 hits, the model's own words (`--no-short`);
-- `k3-short` k=3, the answer led by the likeliest evidence span (engine/short_answer.py: one extra batch decode of
+- `k3-short` k=3, the answer led by the likeliest evidence span (engine/answer/short_answer.py: one extra batch decode of
              up to 16 spans before the first token);
 - `k5-short` k=5 (today's default), led by a span.
 Printed: the first-token medians, each condition's ratio to `k3-free` (issue 14: at most 1.25x), and the median of

@@ -33,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from eval import ask_once, covers, load_average, score_answer, squash  # noqa: E402
 
 from episodic_cli.engine.paths import cache_dir  # noqa: E402
-from episodic_cli.engine.segment import SegmentParams  # noqa: E402
-from episodic_cli.engine.sources import discover  # noqa: E402
+from episodic_cli.engine.ingest.segment import SegmentParams  # noqa: E402
+from episodic_cli.engine.documents.sources import discover  # noqa: E402
 from episodic_cli.engine.workspace import DEFAULT_K, Workspace  # noqa: E402
 
 ANSWER_MAX_TOKENS = 64   # room for a sentence around the short gold answer
@@ -96,7 +96,7 @@ def ask(ws: Workspace, store, question: dict, mode: str, warnings: list[str], sh
     row = {"qid": question["qid"], **row, "retrieved_tokens": sum(r.n_tokens for r in result.retrieved)}
     row.update(score_answer(row["answer"], question["answer"]))
     row["supported"] = bool(result.support().supported)  # evidence quotes hold the answer's own words
-    # the evidence span the answer started with (engine/short_answer.py), and whether it alone is right
+    # the evidence span the answer started with (engine/answer/short_answer.py), and whether it alone is right
     row["short_answer"] = result.answer.short
     row["short_contains"] = score_answer(result.answer.short, question["answer"])["contains"] if result.answer.short \
         else None
@@ -167,11 +167,11 @@ def write_markdown(result: dict, path: Path) -> None:
              "`bench/README.md`. Rows: `heldout.json` beside this file.", "",
              f"Both modes answer every question through `Workspace.ask` (hybrid retrieval, k={result.get('k', 3)}, +-1 neighbour "
              f"events, best hit last), greedy, at most {ANSWER_MAX_TOKENS} tokens. The answer reads the 2 sentences "
-             "of the retrieved events that share the question's rarest words (engine/evidence.py; all the events "
+             "of the retrieved events that share the question's rarest words (engine/retrieval/evidence.py; all the events "
              "when none does): **text** decodes the whole prompt, **kv** loads the prompt's cached sink and decodes "
              "the sentences and the question behind it (its stored q8_0 blocks when nothing was narrowed). "
              + ("A question asking for a fact starts its answer with the evidence span the model finds likeliest, "
-                "then one sentence (engine/short_answer.py; `short` = answers led by a span, and how many of those "
+                "then one sentence (engine/answer/short_answer.py; `short` = answers led by a span, and how many of those "
                 "spans alone are right). " if result.get("short", True) else
                 "Run with `--no-short`: every answer is the model's own words. ")
              + "`supported` = answers whose own words the quoted sentences hold (evidence.support). Cells: contains-match "
@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="*", help="set names to run (default: all)")
     ap.add_argument("--retrieval", action="store_true", help="source recall only (no answers): writes retrieval.json")
     ap.add_argument("--no-short", dest="short", action="store_false",
-                    help="answers in the model's own words only: no evidence span first (engine/short_answer.py)")
+                    help="answers in the model's own words only: no evidence span first (engine/answer/short_answer.py)")
     ap.add_argument("--k", type=int, default=DEFAULT_K, help=f"hits per question (epi ask's -k; default {DEFAULT_K})")
     args = ap.parse_args(argv)
     global K

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
-from episodic_cli.engine import llama_backend
-from episodic_cli.engine.llama_backend import INGEST_BATCH, LlamaSession
-from episodic_cli.engine.segment import SegmentParams
-from episodic_cli.engine.sources import discover
+from episodic_cli.engine.llama import backend as llama_backend
+from episodic_cli.engine.llama.backend import INGEST_BATCH, LlamaSession
+from episodic_cli.engine.ingest.segment import SegmentParams
+from episodic_cli.engine.documents.sources import discover
 from episodic_cli.engine.workspace import Workspace
 
 WINDOW = 2048

@@ -29,8 +29,8 @@ import llama_cpp as L
 import numpy as np
 
 from episodic_cli import native
-from episodic_cli.engine import kv_memory as K
-from episodic_cli.engine.llama_backend import LlamaSession
+from episodic_cli.engine.kv import blocks as K
+from episodic_cli.engine.llama.backend import LlamaSession
 from episodic_cli.engine.workspace import Workspace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))

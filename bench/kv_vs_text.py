@@ -18,11 +18,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from episodic_cli.engine.answer import Answer
-from episodic_cli.engine.kv_mode import event_block_key
-from episodic_cli.engine.retrieve import RetrievedEvent
-from episodic_cli.engine.segment import SegmentParams
-from episodic_cli.engine.sources import discover
+from episodic_cli.engine.answer.text_mode import Answer
+from episodic_cli.engine.answer.kv_mode import event_block_key
+from episodic_cli.engine.retrieval.retrieve import RetrievedEvent
+from episodic_cli.engine.ingest.segment import SegmentParams
+from episodic_cli.engine.documents.sources import discover
 from episodic_cli.engine.workspace import Workspace
 from episodic_cli.store import Store
 from ingest_throughput import haystack

@@ -21,10 +21,10 @@ from pathlib import Path
 import generators as gen
 from episodic_cli.engine.workspace import Workspace, LAYER_BUDGET
 from episodic_cli.engine.paths import cache_dir
-from episodic_cli.engine.answer import Answer
-from episodic_cli.engine.kv_capture import read_cells
-from episodic_cli.engine.event_keys import unrotated_keys
-from episodic_cli.engine.retrieve import relevance_order
+from episodic_cli.engine.answer.text_mode import Answer
+from episodic_cli.engine.kv.keeper import read_cells
+from episodic_cli.engine.kv.keys import unrotated_keys
+from episodic_cli.engine.retrieval.retrieve import relevance_order
 from episodic_cli import native
 
 BUDGET = LAYER_BUDGET

@@ -12,7 +12,7 @@ Every question is asked in these conditions, one after another on the same store
                 sees): the issue's cost baseline, "the same visible budget" (kv-whole reads fewer tokens, ~2k);
 - `layered-kshift` as `layered`, with llama.cpp's K-shift instead;
 - `layered`     the layered pool (12 hits + neighbours, up to the answer context), loaded cold; every layer sees
-                kv-whole's events first, then the pool blocks its own question query selects (engine/layered.py),
+                kv-whole's events first, then the pool blocks its own question query selects (engine/answer/layered.py),
                 LAYER_BUDGET tokens in all (kv mode's cap); the question is read with kv-whole's events, its last
                 token again under the selection;
 - `layered-reread` the same, the whole question decoded again under the selection (the design before 2026-11-24);
@@ -44,9 +44,9 @@ import generators as gen  # noqa: E402
 from eval import ask_once, covers, load_average, score_answer, squash  # noqa: E402
 from heldout import ingest, load_sets, resolve, stale_questions  # noqa: E402
 
-from episodic_cli.engine.event_keys import k_shift  # noqa: E402
+from episodic_cli.engine.kv.keys import k_shift  # noqa: E402
 from episodic_cli.engine.paths import cache_dir  # noqa: E402
-from episodic_cli.engine.sources import file_sha256  # noqa: E402
+from episodic_cli.engine.documents.sources import file_sha256  # noqa: E402
 from episodic_cli.store import Store, StoreError  # noqa: E402
 from episodic_cli.engine.workspace import DEFAULT_K, LAYER_BUDGET, LAYERED_POOL_K, Workspace  # noqa: E402
 

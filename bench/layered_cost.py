@@ -8,12 +8,12 @@ show each layer exactly `--visible` tokens:
 - `kv`             kv mode's context (flash attention off): the sink and `--visible` tokens, all seen by every layer;
 - `flash`          the same cells in a context with flash attention on, no per-layer mask, no eval callback;
 - `flash+callback` the same, with the disarmed query-capture callback a layered context carries (ggml calls it for
-                   every graph node; engine/query_capture.py);
+                   every graph node; engine/llama/query_capture.py);
 The last three run as `epi ask --layered` runs them, callback included:
 - `pool-whole`     a layered context holding a pool of `--pool` tokens in 256-token blocks, each in a sequence of
                    its own, every layer seeing all of it (no mask);
 - `layered`        the same pool, each layer seeing `--visible` tokens of it (its own random choice of blocks);
-- `layered-wide`   a pool of `--wide` answer contexts' room in lanes that share positions (engine/layered.py), each
+- `layered-wide`   a pool of `--wide` answer contexts' room in lanes that share positions (engine/answer/layered.py), each
                    layer seeing `--visible` tokens of it.
 
 Each round decodes `--tokens` tokens one at a time in every condition (interleaved, so load drifts hit all alike)
@@ -39,13 +39,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from eval import load_average  # noqa: E402
 from long_run import concatenated_sources  # noqa: E402
 
-from episodic_cli.engine import layer_visibility  # noqa: E402
-from episodic_cli.engine.event_keys import rope_params  # noqa: E402
-from episodic_cli.engine.kv_memory import STAGING_SEQ  # noqa: E402
-from episodic_cli.engine.kv_mode import sink_tokens  # noqa: E402
-from episodic_cli.engine.layered import FIRST_BLOCK_SEQ, MAX_POOL, lane_places  # noqa: E402
-from episodic_cli.engine.llama_backend import INGEST_BATCH, LlamaSession, generation_threads  # noqa: E402
-from episodic_cli.engine.query_capture import QueryCapture  # noqa: E402
+from episodic_cli.engine.llama import layer_visibility  # noqa: E402
+from episodic_cli.engine.kv.keys import rope_params  # noqa: E402
+from episodic_cli.engine.kv.blocks import STAGING_SEQ  # noqa: E402
+from episodic_cli.engine.answer.kv_mode import sink_tokens  # noqa: E402
+from episodic_cli.engine.answer.layered import FIRST_BLOCK_SEQ, MAX_POOL, lane_places  # noqa: E402
+from episodic_cli.engine.llama.backend import INGEST_BATCH, LlamaSession, generation_threads  # noqa: E402
+from episodic_cli.engine.llama.query_capture import QueryCapture  # noqa: E402
 from episodic_cli.engine.workspace import Workspace  # noqa: E402
 
 BLOCK = 256  # tokens per pool block (about an event)

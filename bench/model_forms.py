@@ -16,8 +16,8 @@ from pathlib import Path
 import llama_cpp as L
 import numpy as np
 
-from episodic_cli.engine.llama_backend import LlamaModel, LlamaSession, quiet_llama_logs
-from episodic_cli.engine.models import bundled_model_path
+from episodic_cli.engine.llama.backend import LlamaModel, LlamaSession, quiet_llama_logs
+from episodic_cli.engine.llama.models import bundled_model_path
 
 FORMS = {"q4_1 (shipped)": None, "f16": L.LLAMA_FTYPE_MOSTLY_F16, "q8_0": 7, "q4_0": 2}
 

@@ -35,12 +35,12 @@ from eval import load_average  # noqa: E402
 from layered_cost import BLOCK, hidden_per_layer, pooled  # noqa: E402
 from long_run import concatenated_sources  # noqa: E402
 
-from episodic_cli.engine import layer_visibility  # noqa: E402
-from episodic_cli.engine.event_keys import rope_params  # noqa: E402
-from episodic_cli.engine.kv_mode import sink_tokens  # noqa: E402
-from episodic_cli.engine.layered import FIRST_BLOCK_SEQ, MAX_POOL  # noqa: E402
-from episodic_cli.engine.llama_backend import LlamaSession, generation_threads, llama_cpp_version  # noqa: E402
-from episodic_cli.engine.query_capture import QueryCapture  # noqa: E402
+from episodic_cli.engine.llama import layer_visibility  # noqa: E402
+from episodic_cli.engine.kv.keys import rope_params  # noqa: E402
+from episodic_cli.engine.answer.kv_mode import sink_tokens  # noqa: E402
+from episodic_cli.engine.answer.layered import FIRST_BLOCK_SEQ, MAX_POOL  # noqa: E402
+from episodic_cli.engine.llama.backend import LlamaSession, generation_threads, llama_cpp_version  # noqa: E402
+from episodic_cli.engine.llama.query_capture import QueryCapture  # noqa: E402
 from episodic_cli.engine.workspace import Workspace  # noqa: E402
 
 

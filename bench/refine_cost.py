@@ -21,12 +21,12 @@ from pathlib import Path
 
 import numpy as np
 
-from episodic_cli.engine import kv_capture as kv_capture_module
-from episodic_cli.engine import ingest as ingest_module
-from episodic_cli.engine import segment as segment_module
-from episodic_cli.engine.ingest import token_char_offsets
-from episodic_cli.engine.segment import SegmentParams
-from episodic_cli.engine.sources import discover
+from episodic_cli.engine.kv import keeper as kv_capture_module
+from episodic_cli.engine.ingest import pipeline as ingest_module
+from episodic_cli.engine.ingest import segment as segment_module
+from episodic_cli.engine.ingest.pipeline import token_char_offsets
+from episodic_cli.engine.ingest.segment import SegmentParams
+from episodic_cli.engine.documents.sources import discover
 from episodic_cli.engine.workspace import Workspace
 from episodic_cli.store import Store
 from ingest_throughput import haystack

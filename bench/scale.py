@@ -59,8 +59,8 @@ from pathlib import Path
 
 import numpy as np
 
-from episodic_cli.engine.embedder import EMBED_DIM, EMBEDDER_NAME, Embedder
-from episodic_cli.engine.retrieve import retrieve
+from episodic_cli.engine.embed.embedder import EMBED_DIM, EMBEDDER_NAME, Embedder
+from episodic_cli.engine.retrieval.retrieve import retrieve
 from episodic_cli.store import DocumentRecord, EventRecord, Store, StoreIdentity
 
 SIZES = {"100k": 100_000, "1M": 1_000_000, "10M": 10_000_000}
@@ -619,8 +619,8 @@ def main() -> None:
     tokenizer = None
     for n in names:
         if not (args.root / n / "BUILT.json").is_file() and tokenizer is None:
-            from episodic_cli.engine.llama_backend import LlamaModel
-            from episodic_cli.engine.models import prepare_model
+            from episodic_cli.engine.llama.backend import LlamaModel
+            from episodic_cli.engine.llama.models import prepare_model
             tokenizer = LlamaModel(prepare_model(None).path).tokenize
         builds[n] = build(n, args.root, SIZES[args.real_embeddings_up_to], tokenizer, args.threads)
         builds[n]["dir"] = str(args.root / n)

@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from eval import covers  # noqa: E402
 
 from episodic_cli.engine.paths import cache_dir  # noqa: E402
-from episodic_cli.engine.retrieve import relevance_order  # noqa: E402
-from episodic_cli.engine.structure import describe  # noqa: E402
+from episodic_cli.engine.retrieval.retrieve import relevance_order  # noqa: E402
+from episodic_cli.engine.documents.structure import describe  # noqa: E402
 from episodic_cli.engine.workspace import Workspace  # noqa: E402
 
 HERE = Path(__file__).resolve().parent

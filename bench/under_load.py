@@ -36,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from episodic_cli.engine.llama_backend import default_threads
+from episodic_cli.engine.llama.backend import default_threads
 
 CORES = default_threads()
 SETTINGS = {  # name: (environment, --threads)
@@ -76,8 +76,8 @@ class Burner:
 
 
 def ingest_rate(ws, text_file: Path, root: Path, n: int) -> float:
-    from episodic_cli.engine.segment import SegmentParams
-    from episodic_cli.engine.sources import discover
+    from episodic_cli.engine.ingest.segment import SegmentParams
+    from episodic_cli.engine.documents.sources import discover
 
     ws.store_dir = root / f"store-{n}"
     params = SegmentParams()

@@ -12,17 +12,17 @@ from typing import Annotated, Optional
 import typer
 
 from . import __version__, render
-from .engine.answer import check_question_length
+from .engine.answer.text_mode import check_question_length
 from .engine.errors import EpiError
 from .engine.paths import store_path
-from .engine.document_pass import DEFAULT_COMMIT_EVERY
-from .engine.scope import documents_matching
-from .engine.structure import decode as decode_section
-from .engine.structure import describe as describe_section
-from .engine.segment import REFINE_METHODS, SegmentParams
-from .engine.sources import Skipped, discover
-from .engine.kv_capture import DEFAULT_KIND
-from .engine.kv_memory import KINDS as KV_KINDS
+from .engine.ingest.document_pass import DEFAULT_COMMIT_EVERY
+from .engine.retrieval.scope import documents_matching
+from .engine.documents.structure import decode as decode_section
+from .engine.documents.structure import describe as describe_section
+from .engine.ingest.segment import REFINE_METHODS, SegmentParams
+from .engine.documents.sources import Skipped, discover
+from .engine.kv.keeper import DEFAULT_KIND
+from .engine.kv.blocks import KINDS as KV_KINDS
 from .engine.workspace import DEFAULT_K, LAYER_BUDGET, MAX_EVENT_TOKENS, MODES, POOL_TOKENS_RANGE, Workspace
 from .store import Store, StoreError
 

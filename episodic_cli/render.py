@@ -20,11 +20,11 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from .engine.answer import citation
-from .engine.ingest import IngestResult
-from .engine.retrieve import RetrievedEvent
-from .engine.run_progress import RunProgress
-from .engine.sources import EMPTY_FILE, Skipped
+from .engine.answer.text_mode import citation
+from .engine.ingest.pipeline import IngestResult
+from .engine.retrieval.retrieve import RetrievedEvent
+from .run_progress import RunProgress
+from .engine.documents.sources import EMPTY_FILE, Skipped
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False)
@@ -111,7 +111,7 @@ def _count(n: float) -> str:
 
 class IngestProgressView:
     """Two bars: the current file in tokens and the whole run in files and tokens, with the run's tokens/s and the
-    time left (engine/run_progress.py: files not reached yet are estimated from their size, marked "~")."""
+    time left (run_progress.py: files not reached yet are estimated from their size, marked "~")."""
 
     def __init__(self, found: list, quiet: bool = False):
         self.quiet = quiet

@@ -4,9 +4,9 @@ from __future__ import annotations
 from rich.markup import escape
 
 from . import render
-from .engine.answer import check_question_length
+from .engine.answer.text_mode import check_question_length
 from .engine.errors import EpiError
-from .engine.scope import documents_matching, names_a_place
+from .engine.retrieval.scope import documents_matching, names_a_place
 from .engine.workspace import Workspace
 from .store import Store, StoreError
 

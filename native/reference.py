@@ -92,7 +92,7 @@ def scale_rows(x: np.ndarray, factors: np.ndarray) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------- state blob assembly
-# assemble_state_blob has no twin here: its reference is episodic_cli.engine.kv_memory's own numpy path,
+# assemble_state_blob has no twin here: its reference is episodic_cli.engine.kv.blocks's own numpy path,
 # build_state_blob(decode_block(payload, v_scale=s)), which tests/test_native_assemble.py compares byte for byte.
 # With a RopeShift, its K becomes rope_shift_k(K, shift) and its positions move by shift.delta.
 

@@ -36,7 +36,7 @@ from .records import (
     StoreIdentity,
     StoreMismatchError,
 )
-from .upgrade_v1 import remove_v1_leftovers, upgrade_v1
+from .upgrade.v1 import remove_v1_leftovers, upgrade_v1
 
 log = logging.getLogger(__name__)
 

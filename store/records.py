@@ -64,7 +64,7 @@ class DocumentRecord:
     id: int | None = None
     segmenter: str | None = None  # "name sha256" of the model that cut this document's events (None: format 1)
     status: str = "complete"      # "partial" while ingest commits it group by group (or after an interruption)
-    checkpoint: str | None = None  # a partial document's resume state (JSON, engine/checkpoint.py)
+    checkpoint: str | None = None  # a partial document's resume state (JSON, engine/ingest/checkpoint.py)
 
     @property
     def partial(self) -> bool:
@@ -88,4 +88,4 @@ class EventRecord:
     embedding: np.ndarray | None = None
     id: int | None = None
     document_id: int | None = None
-    section: str | None = None  # JSON: where the event sits in its document's structure (engine/structure.py)
+    section: str | None = None  # JSON: where the event sits in its document's structure (engine/documents/structure.py)

@@ -89,7 +89,7 @@ def m004_document_segmenter(conn: sqlite3.Connection) -> None:
 @migration
 def m005_event_section(conn: sqlite3.Connection) -> None:
     # Where each event sits in its document's structure (chapter/section headings, enclosing class/function): a small
-    # JSON object written at ingest (engine/structure.py, docs/store-format.md). NULL for events stored before it and
+    # JSON object written at ingest (engine/documents/structure.py, docs/store-format.md). NULL for events stored before it and
     # for events no heading or definition encloses; citations then show the document and pages/lines alone.
     conn.execute("ALTER TABLE events ADD COLUMN section TEXT")
 
@@ -97,7 +97,7 @@ def m005_event_section(conn: sqlite3.Connection) -> None:
 @migration
 def m006_document_checkpoints(conn: sqlite3.Connection) -> None:
     # Ingest commits a long document in groups of events: `status` is 'partial' while it is being read (NULL: complete)
-    # and `checkpoint` holds what a resumed ingest needs to go on from the last group (engine/checkpoint.py).
+    # and `checkpoint` holds what a resumed ingest needs to go on from the last group (engine/ingest/checkpoint.py).
     conn.execute("ALTER TABLE documents ADD COLUMN status TEXT")
     conn.execute("ALTER TABLE documents ADD COLUMN checkpoint TEXT")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from llama_cpp import llama_cpp as L
 
-from episodic_cli.engine.llama_backend import default_threads
+from episodic_cli.engine.llama.backend import default_threads
 
 
 class RawContext:

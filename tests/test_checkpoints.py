@@ -10,9 +10,9 @@ from typer.testing import CliRunner
 
 from conftest import prose_lines, workspace_for
 from episodic_cli.app import app
-from episodic_cli.engine import document_pass
-from episodic_cli.engine.segment import SegmentParams
-from episodic_cli.engine.sources import discover
+from episodic_cli.engine.ingest import document_pass
+from episodic_cli.engine.ingest.segment import SegmentParams
+from episodic_cli.engine.documents.sources import discover
 from episodic_cli.store import Store
 
 SMALL = SegmentParams(min_tokens=32, max_tokens=96)  # many events from a short text: several groups
@@ -84,7 +84,8 @@ def test_a_spooled_text_ingests_and_resumes_to_the_events_of_the_text_held_whole
                                                                                  tmp_path, monkeypatch):
     """A text too long to hold is read from its spool file (document_text.py) by every part of the pass: tokens,
     event texts, lines, sections, the checkpoint's resume; the events equal those of the text held as a str."""
-    from episodic_cli.engine import document_text, sources
+    from episodic_cli.engine.documents import text as document_text
+    from episodic_cli.engine.documents import sources
 
     monkeypatch.setattr(document_text, "IN_MEMORY_CHARS", 1000)  # the ~9k-character text is spooled
     monkeypatch.setattr(document_text, "READ_CHARS", 777)         # lines and newlines read across block seams
@@ -180,7 +181,7 @@ def test_a_full_disk_mid_document_stops_keeps_the_committed_groups_and_resumes_o
         engine, long_text, uninterrupted, tmp_path, monkeypatch):
     import sqlite3
 
-    from episodic_cli.engine.ingest import DiskFullError
+    from episodic_cli.engine.ingest.pipeline import DiskFullError
     from episodic_cli.store import StoreError
 
     store_dir = tmp_path / "store"

@@ -1,4 +1,4 @@
-"""Events of code follow definitions (engine/code_cuts.py): a class or function that fits in an event is never cut
+"""Events of code follow definitions (engine/ingest/code_cuts.py): a class or function that fits in an event is never cut
 in the middle; one too long for an event is cut between its statements. First the segmenter on the bundled model's
 real tokens with many surprise patterns, then real ingests (surprise from llama.cpp, refinement on): the events
 keep definitions whole, and an interrupted ingest of a code file resumes to the very events of an uninterrupted
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from conftest import workspace_for
-from episodic_cli.engine.code_cuts import MIN_CODE_TOKENS, CodeCuts
-from episodic_cli.engine.segment import SegmentParams, clean_cut_mask, segment
-from episodic_cli.engine.token_offsets import token_char_offsets
+from episodic_cli.engine.ingest.code_cuts import MIN_CODE_TOKENS, CodeCuts
+from episodic_cli.engine.ingest.segment import SegmentParams, clean_cut_mask, segment
+from episodic_cli.engine.ingest.token_offsets import token_char_offsets
 from test_checkpoints import SMALL, events_of, ingest, ingest_whole, power_cut_after
 
 

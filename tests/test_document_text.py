@@ -1,4 +1,4 @@
-"""A document's text read without holding it whole (engine/document_text.py): a long text spooled to disk reads back
+"""A document's text read without holding it whole (engine/documents/text.py): a long text spooled to disk reads back
 exactly like the str it replaces, through every path ingest reads it by (slices, lines, newline counts, the
 streaming decoder, headings, sections, citations' lines, the tokenizer's chunk cuts)."""
 from __future__ import annotations
@@ -7,10 +7,12 @@ import random
 
 import pytest
 
-from episodic_cli.engine import document_text, sources, structure
-from episodic_cli.engine.document_text import SpooledText, TextSpool, count_newlines, iter_lines
-from episodic_cli.engine.sources import SourceError, load_document
-from episodic_cli.engine.token_stream import next_cut
+from episodic_cli.engine.documents import text as document_text
+from episodic_cli.engine.documents import sources
+from episodic_cli.engine.documents import structure
+from episodic_cli.engine.documents.text import SpooledText, TextSpool, count_newlines, iter_lines
+from episodic_cli.engine.documents.sources import SourceError, load_document
+from episodic_cli.engine.ingest.token_stream import next_cut
 
 SAMPLE = ("Chapter 1: The Harbour\n\nOrla Venn hid the brass key \u2014 caf\u00e9 cr\u00e8me \U0001F511 under the "
           "ninth step.\n1.1 The Ninth Step\n\n  indented line\n\n\nTitle\n=====\nlast line without newline")

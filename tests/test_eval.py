@@ -15,7 +15,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import generators as gen  # noqa: E402
 
-from episodic_cli.engine import layer_visibility  # noqa: E402
+from episodic_cli.engine.llama import layer_visibility  # noqa: E402
 
 
 def test_generators_are_deterministic_and_plant_each_needle_once():

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from conftest import license_text, tier_block, tier_block_paths, workspace_for
-from episodic_cli.engine import kv_memory as K
-from episodic_cli.engine.event_keys import representative_keys, rope_params, similarity_keys, unrotated_keys
-from episodic_cli.engine.llama_backend import LlamaSession
-from episodic_cli.engine.segment import SegmentParams, clean_cut_mask
-from episodic_cli.engine.sources import discover
+from episodic_cli.engine.kv import blocks as K
+from episodic_cli.engine.kv.keys import representative_keys, rope_params, similarity_keys, unrotated_keys
+from episodic_cli.engine.llama.backend import LlamaSession
+from episodic_cli.engine.ingest.segment import SegmentParams, clean_cut_mask
+from episodic_cli.engine.documents.sources import discover
 from episodic_cli.store import Store
 
 SMALL = SegmentParams(min_tokens=32, max_tokens=96, refine="modularity")

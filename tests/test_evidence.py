@@ -1,4 +1,4 @@
-"""Evidence quotes (engine/evidence.py): sentences with exact offsets, narrowing, support of an answer, and where a
+"""Evidence quotes (engine/retrieval/evidence.py): sentences with exact offsets, narrowing, support of an answer, and where a
 quote is; then the real bundled model answering through Workspace.ask with its quotes checked against the store."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import pytest
 from conftest import PDF_FACT, PDF_FACT_PAGE, PDF_QUESTION, TEXT_FACT, TEXT_FACT_LINE, workspace_for
 
-from episodic_cli.engine import evidence as E
-from episodic_cli.engine.retrieve import RetrievedEvent
+from episodic_cli.engine.retrieval import evidence as E
+from episodic_cli.engine.retrieval.retrieve import RetrievedEvent
 from episodic_cli.store import DocumentRecord, EventRecord
 
 
@@ -143,7 +143,7 @@ def test_narrowed_answer_reads_the_fact_sentence_and_quotes_its_page(engine, sha
 
 
 def test_an_empty_answer_has_no_quotes_and_is_not_supported():
-    from episodic_cli.engine.answer import Answer
+    from episodic_cli.engine.answer.text_mode import Answer
     from episodic_cli.engine.workspace import AskResult
 
     result = AskResult("Where did Orla Venn hide the brass key?", "kv", [_retrieved(PROSE, line=1)], Answer())

@@ -18,9 +18,9 @@ from typer.testing import CliRunner
 
 import conftest
 from episodic_cli.app import app
-from episodic_cli.engine.answer import MAX_QUESTION_CHARS
-from episodic_cli.engine.gguf import describe_damage
-from episodic_cli.engine.models import bundled_model_path
+from episodic_cli.engine.answer.text_mode import MAX_QUESTION_CHARS
+from episodic_cli.engine.llama.gguf import describe_damage
+from episodic_cli.engine.llama.models import bundled_model_path
 from episodic_cli.store import Store, StoreError
 
 runner = CliRunner()
@@ -284,7 +284,7 @@ def test_disk_full_in_sqlite_stops_the_run_with_one_line(tmp_path, monkeypatch):
 def test_disk_full_estimate_counts_kv_blocks(engine, tmp_path):
     """The 'needed' figure: KV blocks dominate (about 12 KB per token at q8_0 with the bundled model)."""
     from conftest import workspace_for
-    from episodic_cli.engine.segment import SegmentParams
+    from episodic_cli.engine.ingest.segment import SegmentParams
 
     ws = workspace_for(engine, tmp_path / "store")
     params = SegmentParams()
@@ -336,7 +336,7 @@ def test_long_question_in_chat_is_refused_and_the_chat_goes_on(shared_store):
 def test_openmp_threads_sleep_at_barriers_unless_the_user_says_otherwise(tmp_path):
     """llama.cpp's OpenMP threads must not spin when another process wants the cores (bench/under_load.py); the
     setting must be in place before llama.cpp loads, and an explicit one in the environment wins."""
-    probe = ("import os, episodic_cli.engine.llama_backend; "
+    probe = ("import os, episodic_cli.engine.llama.backend; "
              "print(os.environ.get('OMP_WAIT_POLICY'), os.environ.get('GOMP_SPINCOUNT'))")
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=60)
@@ -349,7 +349,7 @@ def test_openmp_threads_sleep_at_barriers_unless_the_user_says_otherwise(tmp_pat
 def test_threads_option_still_sets_llama_threads(bundled_model):
     import llama_cpp as L
 
-    from episodic_cli.engine.llama_backend import LlamaSession
+    from episodic_cli.engine.llama.backend import LlamaSession
 
     session = LlamaSession(bundled_model, n_ctx=256, n_threads=1)
     try:

@@ -10,7 +10,7 @@ import pytest
 from llama_cpp import llama_cpp as L
 
 from conftest import license_text
-from episodic_cli.engine import layer_visibility
+from episodic_cli.engine.llama import layer_visibility
 from llama_context import RawContext
 
 N_CTX = 2048

@@ -17,7 +17,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import heldout  # noqa: E402
 from eval import normalize, squash  # noqa: E402
 
-from episodic_cli.engine.sources import Skipped, discover, load_document  # noqa: E402
+from episodic_cli.engine.documents.sources import Skipped, discover, load_document  # noqa: E402
 
 SETS = sorted((ROOT / "bench" / "heldout").glob("*.json"))
 

@@ -20,8 +20,8 @@ from conftest import (
     workspace_for,
 )
 from episodic_cli.app import app
-from episodic_cli.engine.segment import SegmentParams
-from episodic_cli.engine.sources import discover, load_document
+from episodic_cli.engine.ingest.segment import SegmentParams
+from episodic_cli.engine.documents.sources import discover, load_document
 from episodic_cli.store import Store, StoreIdentity
 from episodic_cli.store import episodic_store
 
@@ -226,7 +226,7 @@ def test_failed_document_is_rolled_back_others_kept_and_rerun_resumes(engine, tm
 
 def test_embedder_failure_fails_only_that_document(engine, tmp_path, monkeypatch):
     """A per-document failure raised by a pipeline stage (EpiError class) is reported, and the run goes on."""
-    from episodic_cli.engine.embedder import Embedder
+    from episodic_cli.engine.embed.embedder import Embedder
     from episodic_cli.engine.errors import EpiError
 
     store_dir = tmp_path / "store"

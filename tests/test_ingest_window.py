@@ -10,13 +10,13 @@ from llama_cpp import llama_cpp as L
 
 from conftest import license_text
 from episodic_cli.engine.errors import EpiError
-from episodic_cli.engine.ingest import ingest_context
-from episodic_cli.engine.llama_backend import INGEST_BATCH, LlamaSession
-from episodic_cli.engine.segment import SegmentParams
-from episodic_cli.engine import kv_memory as K
-from episodic_cli.engine.event_keys import rope_params, unrotated_keys
-from episodic_cli.engine.kv_capture import read_window
-from episodic_cli.engine.kv_mode import sink_tokens
+from episodic_cli.engine.ingest.pipeline import ingest_context
+from episodic_cli.engine.llama.backend import INGEST_BATCH, LlamaSession
+from episodic_cli.engine.ingest.segment import SegmentParams
+from episodic_cli.engine.kv import blocks as K
+from episodic_cli.engine.kv.keys import rope_params, unrotated_keys
+from episodic_cli.engine.kv.keeper import read_window
+from episodic_cli.engine.answer.kv_mode import sink_tokens
 from episodic_cli.native import reference
 
 SMALL = SegmentParams(local=96, min_tokens=32, max_tokens=64)

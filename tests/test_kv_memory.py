@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import license_text
-from episodic_cli.engine import kv_memory as K
+from episodic_cli.engine.kv import blocks as K
 from episodic_cli.store.kv_tier.block_file import BlockCorruptError, read_block_file, write_block_file
 
 BLOCK = 128
@@ -26,7 +26,7 @@ SHIFT = 500
 
 @pytest.fixture(scope="module")
 def llm(bundled_model):
-    from episodic_cli.engine.llama_backend import LlamaSession
+    from episodic_cli.engine.llama.backend import LlamaSession
 
     model = bundled_model
     # One thread: the comparisons are within this session, and on a busy machine two spinning ggml threads are
@@ -276,7 +276,7 @@ def test_a_block_loads_across_flash_attention_on_and_off(kv, llm):
     destination context's own prefill up to the two attention kernels' rounding (the blocks' K and V were computed
     by the other kernel): measured max |dlogit| 0.049 and 0.038, argmax agreement 1.0; asserted 0.5 and 0.9."""
     from episodic_cli.engine.errors import EpiError
-    from episodic_cli.engine.llama_backend import LlamaSession
+    from episodic_cli.engine.llama.backend import LlamaSession
 
     model, s = llm
     text, probe, n = kv["text"], kv["probe"], len(kv["text"])

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from conftest import PDF_QUESTION, TEXT_QUESTION, tier_block, tier_block_paths, workspace_for
 from episodic_cli.app import app
-from episodic_cli.engine.kv_memory import decode_block
+from episodic_cli.engine.kv.blocks import decode_block
 from episodic_cli.store import Store
 
 runner = CliRunner()
@@ -126,7 +126,7 @@ def test_the_sink_block_is_stored_once_and_rebuilt_when_damaged(engine, shared_s
 def test_blocks_follow_the_sink_they_were_computed_behind(engine, shared_store):
     """The ingest pass reads every document behind kv mode's sink: the answer's first part is those very tokens, and a
     document's first block was captured at the positions right behind it."""
-    from episodic_cli.engine.kv_mode import sink_tokens
+    from episodic_cli.engine.answer.kv_mode import sink_tokens
 
     ws = workspace_for(engine, shared_store.store_dir)
     with Store.open_existing(shared_store.store_dir) as st:

@@ -23,8 +23,8 @@ from typer.testing import CliRunner
 
 from conftest import TEXT_QUESTION, prose_lines, tier_block_paths, workspace_for
 from episodic_cli.app import app
-from episodic_cli.engine import kv_mode
-from episodic_cli.engine.models import bundled_model_path
+from episodic_cli.engine.answer import kv_mode
+from episodic_cli.engine.llama.models import bundled_model_path
 from episodic_cli.store import Store
 from tiny_gguf import write_tiny_model
 
@@ -44,7 +44,7 @@ def second_model(tmp_path_factory):
 
 def ask(store_dir, *extra: str) -> dict:
     """`epi ask --whole`: the events read whole, i.e. from their KV blocks (by default an answer reads only the
-    sentences that match the question best, decoded as text: engine/evidence.py)."""
+    sentences that match the question best, decoded as text: engine/retrieval/evidence.py)."""
     result = runner.invoke(app, ["ask", TEXT_QUESTION, "--store", str(store_dir), "-k", "1", "--neighbours", "1",
                                  "--json", "--whole", *extra])
     assert result.exit_code == 0, result.stderr
@@ -158,7 +158,7 @@ def test_ingest_under_a_5mb_budget_never_holds_more_than_5mb_of_blocks(tmp_path,
 
 
 def test_a_failed_ingest_leaves_no_blocks_behind(tmp_path, monkeypatch):
-    from episodic_cli.engine import embedder
+    from episodic_cli.engine.embed import embedder
 
     good, bad = tmp_path / "good.txt", tmp_path / "bad.txt"
     good.write_text("\n".join(prose_lines(seed=1, n=60)), encoding="utf-8")

@@ -180,7 +180,7 @@ def test_store_layer_does_not_import_llama_cpp():
 
 
 def _write_v1_block_file(path, header: dict, blocks: list[tuple[int, int, bytes]]) -> list[tuple[int, int]]:
-    """A format-1 block file exactly as epi 0.1 wrote it (store/v1_blocks.py documents the layout)."""
+    """A format-1 block file exactly as epi 0.1 wrote it (store/upgrade/v1_blocks.py documents the layout)."""
     body = json.dumps(header, sort_keys=True).encode()
     data = struct.pack("<8sII", b"EPIKVBLK", 1, len(body)) + body + struct.pack("<I", zlib.crc32(body))
     where = []

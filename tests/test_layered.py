@@ -13,14 +13,14 @@ from typer.testing import CliRunner
 from conftest import TEXT_QUESTION, assert_one_line_error, license_text, tier_block_paths, workspace_for
 from episodic_cli import app as app_module
 from episodic_cli.app import app
-from episodic_cli.engine import layer_visibility
-from episodic_cli.engine.answer import Answer
+from episodic_cli.engine.llama import layer_visibility
+from episodic_cli.engine.answer.text_mode import Answer
 from episodic_cli.engine.errors import EpiError
-from episodic_cli.engine.event_keys import rope_params, unrotated_keys
-from episodic_cli.engine.kv_memory import capture_block, load_block
-from episodic_cli.engine.layered import LayeredAnswerer, lane_places
-from episodic_cli.engine.llama_backend import LlamaSession
-from episodic_cli.engine.query_capture import QueryCapture
+from episodic_cli.engine.kv.keys import rope_params, unrotated_keys
+from episodic_cli.engine.kv.blocks import capture_block, load_block
+from episodic_cli.engine.answer.layered import LayeredAnswerer, lane_places
+from episodic_cli.engine.llama.backend import LlamaSession
+from episodic_cli.engine.llama.query_capture import QueryCapture
 from episodic_cli.store import Store
 
 runner = CliRunner()
@@ -182,7 +182,7 @@ def test_a_follow_up_with_a_smaller_pool_leaves_no_cell_in_the_old_block_sequenc
     in one would stay allocated, and a later pool could hide or show it by mistake)."""
     import llama_cpp as L
 
-    from episodic_cli.engine.layered import FIRST_BLOCK_SEQ, MAX_POOL
+    from episodic_cli.engine.answer.layered import FIRST_BLOCK_SEQ, MAX_POOL
 
     ws = workspace_for(engine, shared_store.store_dir)
     with Store.open_existing(shared_store.store_dir) as st:

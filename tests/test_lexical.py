@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from conftest import workspace_for
-from episodic_cli.engine.segment import SegmentParams
-from episodic_cli.engine.sources import discover
+from episodic_cli.engine.ingest.segment import SegmentParams
+from episodic_cli.engine.documents.sources import discover
 from episodic_cli.store import DocumentRecord, EventRecord, Store, StoreIdentity, lexical
 
 DIM = 8

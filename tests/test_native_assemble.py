@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from episodic_cli import native
-from episodic_cli.engine import kv_memory as K
+from episodic_cli.engine.kv import blocks as K
 
 N_LAYER, N_CELLS, N_EMBD = 30, 37, 192   # SmolLM2-135M's layer count and row width; 37 cells is not a tile multiple
 F16_MAX = 65504.0
@@ -156,7 +156,7 @@ def test_kernel_checks_buffer_sizes():
 def real_blob(bundled_model) -> bytes:
     """One block captured from the bundled model (48 tokens of prefill on one thread: a few seconds)."""
     from conftest import license_text
-    from episodic_cli.engine.llama_backend import LlamaSession
+    from episodic_cli.engine.llama.backend import LlamaSession
 
     model = bundled_model
     session = LlamaSession(model, n_ctx=256, n_threads=1)

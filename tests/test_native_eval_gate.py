@@ -7,7 +7,7 @@ from __future__ import annotations
 import ctypes
 
 from episodic_cli import native
-from episodic_cli.engine.query_capture import _EvalGate
+from episodic_cli.engine.llama.query_capture import _EvalGate
 
 CALLBACK = ctypes.CFUNCTYPE(ctypes.c_bool, ctypes.c_void_p, ctypes.c_bool, ctypes.c_void_p)
 

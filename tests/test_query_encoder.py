@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from episodic_cli.engine.embedder import Embedder
+from episodic_cli.engine.embed.embedder import Embedder
 
 TEXTS = [
     "Which file does platformdirs read on Unix to find the user's Music folder?",
@@ -58,7 +58,7 @@ def test_asking_does_not_import_torch(tmp_path):
     import sys
 
     code = ("import sys; import episodic_cli.app, episodic_cli.engine.diagnostics; "  # what `epi ask` imports
-            "from episodic_cli.engine.embedder import Embedder; e = Embedder(); "
+            "from episodic_cli.engine.embed.embedder import Embedder; e = Embedder(); "
             "v = e.embed_query('hello'); assert v.shape == (384,); "
             "print('torch' in sys.modules, 'sentence_transformers' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
@@ -69,7 +69,7 @@ def test_a_damaged_question_encoder_file_is_a_clear_error(tmp_path):
     """A truncated tokenizer.json (failure injection) is an EpiError that says what to do, not a traceback."""
     import shutil
 
-    from episodic_cli.engine.embedder import bundled_embedder_path
+    from episodic_cli.engine.embed.embedder import bundled_embedder_path
     from episodic_cli.engine.errors import EpiError
 
     broken = tmp_path / "model"
@@ -84,8 +84,8 @@ def test_a_damaged_question_encoder_file_is_a_clear_error(tmp_path):
 def test_safetensors_reader_matches_the_safetensors_package():
     """The memory-mapped reader against the format's own loader (installed with transformers): bit-exact."""
     load_file = pytest.importorskip("safetensors.numpy").load_file
-    from episodic_cli.engine.embedder import bundled_embedder_path
-    from episodic_cli.engine.query_encoder import read_safetensors
+    from episodic_cli.engine.embed.embedder import bundled_embedder_path
+    from episodic_cli.engine.embed.query_encoder import read_safetensors
 
     path = bundled_embedder_path() / "model.safetensors"
     ref, got = load_file(str(path)), read_safetensors(path)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from episodic_cli.engine.kv_mode import EPMAN_FLOOR, episodic_weights
-from episodic_cli.engine.retrieve import relevance_order
+from episodic_cli.engine.answer.kv_mode import EPMAN_FLOOR, episodic_weights
+from episodic_cli.engine.retrieval.retrieve import relevance_order
 
 
 def item(doc: int, ordinal: int, score: float | None = None, rank: int | None = None):

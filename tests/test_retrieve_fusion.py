@@ -1,4 +1,4 @@
-"""How the two retrieval channels become the hits (engine/retrieve.py) on a real store (SQLite FTS5 + hnswlib):
+"""How the two retrieval channels become the hits (engine/retrieval/retrieve.py) on a real store (SQLite FTS5 + hnswlib):
 each channel's first choice is a hit even when reciprocal rank fusion alone would rank it below events both
 channels find mediocre, and a named code symbol seats its best event first without filling every hit."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from episodic_cli.engine.retrieve import fuse, retrieve, with_leaders_first
+from episodic_cli.engine.retrieval.retrieve import fuse, retrieve, with_leaders_first
 from episodic_cli.store import DocumentRecord, EventRecord, Store, StoreIdentity
 
 DIM = 16

@@ -23,10 +23,10 @@ import pytest
 
 from conftest import license_text
 from episodic_cli import native
-from episodic_cli.engine import kv_memory as K
+from episodic_cli.engine.kv import blocks as K
 from episodic_cli.engine.diagnostics import block_moves
-from episodic_cli.engine.event_keys import k_shift, rope_params
-from episodic_cli.engine.llama_backend import gpu_offload_supported
+from episodic_cli.engine.kv.keys import k_shift, rope_params
+from episodic_cli.engine.llama.backend import gpu_offload_supported
 from episodic_cli.native import reference as R
 from tiny_gguf import HEAD_DIM, write_tiny_model
 
@@ -108,7 +108,7 @@ def _moved_both_ways(session, payload, first: int, delta: int, rope, probe: np.n
 
 
 def _check_against_llama_cpp(model, tokens: np.ndarray, deltas) -> None:
-    from episodic_cli.engine.llama_backend import LlamaSession
+    from episodic_cli.engine.llama.backend import LlamaSession
 
     rope = k_shift(rope_params(model), model)
     if rope is None and model.n_gpu_layers > 0 and gpu_offload_supported():
@@ -138,7 +138,7 @@ def test_a_block_moved_natively_is_what_llama_cpp_shifts_it_to(bundled_model):
 
 
 def test_neox_rope_moves_as_llama_cpp_moves_it(tmp_path):
-    from episodic_cli.engine.llama_backend import LlamaModel
+    from episodic_cli.engine.llama.backend import LlamaModel
 
     model = LlamaModel(write_tiny_model(tmp_path / "qwen2.gguf", arch="qwen2"))
     assert rope_params(model).neox
@@ -156,7 +156,7 @@ NOT_PLAIN = {
 
 @pytest.mark.parametrize("variant", sorted(NOT_PLAIN))
 def test_rope_that_is_not_plain_is_left_to_llama_cpp(tmp_path, variant):
-    from episodic_cli.engine.llama_backend import LlamaModel, LlamaSession
+    from episodic_cli.engine.llama.backend import LlamaModel, LlamaSession
 
     model = LlamaModel(write_tiny_model(tmp_path / f"{variant}.gguf", **NOT_PLAIN[variant]))
     rope = rope_params(model)

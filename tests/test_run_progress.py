@@ -1,10 +1,10 @@
-"""The whole run's progress (engine/run_progress.py): files and tokens done, a total that is known for the files
+"""The whole run's progress (run_progress.py): files and tokens done, a total that is known for the files
 reached and estimated from size for the others, the run's own rate, and a time left that follows both."""
 from __future__ import annotations
 
 import pytest
 
-from episodic_cli.engine.run_progress import DEFAULT_TOKENS_PER_BYTE, RunProgress
+from episodic_cli.run_progress import DEFAULT_TOKENS_PER_BYTE, RunProgress
 
 
 class Clock:

@@ -1,4 +1,4 @@
-"""Questions that name a chapter, section, page, file or code symbol (engine/scope.py), and `--doc` filters: the
+"""Questions that name a chapter, section, page, file or code symbol (engine/retrieval/scope.py), and `--doc` filters: the
 parser alone, then retrieval on a real ingest (bundled model and embedder) of a book whose chapters repeat the same
 names, and of a small Python file. Retrieval only: the sources are checked, not the small model's wording."""
 from __future__ import annotations
@@ -10,12 +10,12 @@ from typer.testing import CliRunner
 
 from conftest import prose_lines, workspace_for
 from episodic_cli.app import app
-from episodic_cli.engine import structure
-from episodic_cli.engine.answer import citation
+from episodic_cli.engine.documents import structure
+from episodic_cli.engine.answer.text_mode import citation
 from episodic_cli.engine.errors import EpiError
-from episodic_cli.engine.scope import Restriction, _section_node, parse
-from episodic_cli.engine.segment import SegmentParams
-from episodic_cli.engine.sources import discover
+from episodic_cli.engine.retrieval.scope import Restriction, _section_node, parse
+from episodic_cli.engine.ingest.segment import SegmentParams
+from episodic_cli.engine.documents.sources import discover
 from episodic_cli.store import Store
 
 SMALL = SegmentParams(min_tokens=32, max_tokens=96)

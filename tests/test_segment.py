@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from episodic_cli.engine.segment import (
+from episodic_cli.engine.ingest.segment import (
     SegmentParams,
     StreamingSegmenter,
     clean_cut_mask,

@@ -12,8 +12,8 @@ sys.path.insert(0, str(Path(__file__).parent))  # pdf_fixture is a sibling helpe
 
 from pdf_fixture import make_encrypted_pdf, make_pdf  # noqa: E402
 
-from episodic_cli.engine import sources  # noqa: E402
-from episodic_cli.engine.sources import (  # noqa: E402
+from episodic_cli.engine.documents import sources  # noqa: E402
+from episodic_cli.engine.documents.sources import (  # noqa: E402
     SourceDocument,
     SourceError,
     Skipped,

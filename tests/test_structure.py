@@ -1,4 +1,4 @@
-"""Document structure (engine/structure.py): chapters and sections of PDFs (outline and page headings), plain text,
+"""Document structure (engine/documents/structure.py): chapters and sections of PDFs (outline and page headings), plain text,
 Markdown and reST, and the classes and functions around code; what an event stores and how citations show it."""
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ sys.path.insert(0, str(Path(__file__).parent))  # pdf_fixture is a sibling helpe
 
 from pdf_fixture import pdf_bytes  # noqa: E402
 
-from episodic_cli.engine import structure  # noqa: E402
-from episodic_cli.engine.sources import load_document  # noqa: E402
+from episodic_cli.engine.documents import structure  # noqa: E402
+from episodic_cli.engine.documents.sources import load_document  # noqa: E402
 
 
 def _paths(doc, needle: str) -> dict:

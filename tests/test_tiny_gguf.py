@@ -19,8 +19,8 @@ def test_tiny_model_is_deterministic_and_small(tmp_path):
 
 
 def test_tiny_model_runs_through_the_backend(tmp_path):
-    from episodic_cli.engine.kv_memory import capture_block, parse_state_blob
-    from episodic_cli.engine.llama_backend import LlamaModel, LlamaSession
+    from episodic_cli.engine.kv.blocks import capture_block, parse_state_blob
+    from episodic_cli.engine.llama.backend import LlamaModel, LlamaSession
 
     model = LlamaModel(write_tiny_model(tmp_path / "tiny.gguf"))
     try:

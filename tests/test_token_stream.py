@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from conftest import license_text
-from episodic_cli.engine.segment import clean_cut_mask
-from episodic_cli.engine.sliding_array import SlidingArray
-from episodic_cli.engine.token_offsets import token_char_offsets
-from episodic_cli.engine.token_stream import DocumentTokens, next_cut, tokenizer_kind
+from episodic_cli.engine.ingest.segment import clean_cut_mask
+from episodic_cli.engine.ingest.sliding_array import SlidingArray
+from episodic_cli.engine.ingest.token_offsets import token_char_offsets
+from episodic_cli.engine.ingest.token_stream import DocumentTokens, next_cut, tokenizer_kind
 from tiny_gguf import write_tiny_model
 
 # -------------------------------------------------------------------------------------------------- SlidingArray
@@ -114,7 +114,7 @@ def assert_chunked_equals_whole(model, text: str, chunk_chars: int, resume_at: i
 
 @pytest.fixture(scope="module", params=[False, True], ids=["no-space-prefix", "space-prefix"])
 def tiny_model(tmp_path_factory, request):
-    from episodic_cli.engine.llama_backend import LlamaModel
+    from episodic_cli.engine.llama.backend import LlamaModel
 
     model = LlamaModel(write_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny.gguf", space_prefix=request.param))
     assert tokenizer_kind(model) == ("space_prefix" if request.param else "exact")

@@ -11,9 +11,9 @@ from importlib import metadata
 from .. import __version__
 from ..store import Store, StoreError
 from .errors import EpiError
-from .event_keys import k_shift_left_to_llama_cpp, rope_params
-from .llama_backend import LlamaModel, default_threads, gpu_offload_supported, llama_cpp_version, system_info
-from . import layer_visibility
+from .kv.keys import k_shift_left_to_llama_cpp, rope_params
+from .llama.backend import LlamaModel, default_threads, gpu_offload_supported, llama_cpp_version, system_info
+from .llama import layer_visibility
 from .paths import cache_dir, data_dir, store_path
 from .workspace import Workspace
 

@@ -12,27 +12,27 @@ from functools import cached_property
 from pathlib import Path
 
 from ..store import Store, StoreIdentity
-from .answer import ANSWER_TOKENS, QUESTION_ROOM, Answer, TextModeAnswerer
-from .embedder import EMBED_DIM, EMBEDDER_NAME, Embedder
+from .answer.text_mode import ANSWER_TOKENS, QUESTION_ROOM, Answer, TextModeAnswerer
+from .embed.embedder import EMBED_DIM, EMBEDDER_NAME, Embedder
 from .errors import EpiError
-from .evidence import Support, support
-from .evidence import narrow as evidence_narrow
-from .document_pass import DEFAULT_COMMIT_EVERY
-from .ingest import Ingestor
-from .kv_capture import DEFAULT_KIND, BlockKeeper, tier_config
-from .kv_mode import KVModeAnswerer, PrepareProgress, episodic_weights
-from . import layer_visibility
-from .layered import MAX_POOL, LayeredAnswerer
-from .llama_backend import LlamaModel
-from .models import PreparedModel, prepare_model
+from .retrieval.evidence import Support, support
+from .retrieval.evidence import narrow as evidence_narrow
+from .ingest.document_pass import DEFAULT_COMMIT_EVERY
+from .ingest.pipeline import Ingestor
+from .kv.keeper import DEFAULT_KIND, BlockKeeper, tier_config
+from .answer.kv_mode import KVModeAnswerer, PrepareProgress, episodic_weights
+from .llama import layer_visibility
+from .answer.layered import MAX_POOL, LayeredAnswerer
+from .llama.backend import LlamaModel
+from .llama.models import PreparedModel, prepare_model
 from .paths import cache_dir, store_path
-from .retrieve import RetrievedEvent, relevance_order, retrieve
-from .scope import Restriction
-from .short_answer import answer_spans, asks_for_a_fact
-from .scope import parse as parse_scope
-from .scope import resolve as resolve_scope
-from .structure import describe as describe_section
-from .segment import SegmentParams
+from .retrieval.retrieve import RetrievedEvent, relevance_order, retrieve
+from .retrieval.scope import Restriction
+from .answer.short_answer import answer_spans, asks_for_a_fact
+from .retrieval.scope import parse as parse_scope
+from .retrieval.scope import resolve as resolve_scope
+from .documents.structure import describe as describe_section
+from .ingest.segment import SegmentParams
 
 MODES = ("text", "kv")
 ANSWER_CONTEXT = 8192
@@ -118,7 +118,7 @@ class Workspace:
         self.on_prepare = on_prepare  # kv mode: progress of events prepared from text (cold)
         self._answerers: dict[str, TextModeAnswerer | KVModeAnswerer] = {}
         # --layered: tokens of retrieved blocks in the pool (0: what the answer context holds, laid out in order;
-        # more: lanes sharing positions, engine/layered.py, each layer still seeing LAYER_BUDGET of them)
+        # more: lanes sharing positions, engine/answer/layered.py, each layer still seeing LAYER_BUDGET of them)
         self.layered_pool = 0
 
     @cached_property
@@ -185,7 +185,7 @@ class Workspace:
     def answerer(self, mode: str, store: Store | None = None, layered: bool = False
                  ) -> TextModeAnswerer | KVModeAnswerer:
         """The answerer of `mode` (kv mode needs the store: its tier and budget); `layered`: kv mode with per-layer
-        block selection (engine/layered.py)."""
+        block selection (engine/answer/layered.py)."""
         if layered:
             if mode != "kv":
                 raise EpiError("--layered selects KV blocks per layer, so it needs kv mode (a store with KV blocks)")
@@ -212,7 +212,7 @@ class Workspace:
 
     def scope(self, store: Store, question: str, docs: list[str] | None = None) -> Restriction:
         """The part of the archive `question` names (chapter, section, page, file, code symbol) and `docs` globs
-        allow (engine/scope.py)."""
+        allow (engine/retrieval/scope.py)."""
         return resolve_scope(store, parse_scope(question), docs)
 
     def room(self) -> int:
@@ -266,7 +266,7 @@ class Workspace:
         """Retrieve now; return the result (filled in as the stream is consumed) and the answer stream.
         `epman` scales each block's V rows by its episodic weight in [0.9, 1.0] (kv mode only); `docs` (globs on
         the documents' paths, `--doc`) restricts retrieval to the documents they match. `short`: a question asking
-        for a fact is answered with the evidence span the model finds likeliest first (engine/short_answer.py).
+        for a fact is answered with the evidence span the model finds likeliest first (engine/answer/short_answer.py).
         `search`: what retrieval and narrowing look for when it is not the question itself (a chat follow-up, "and
         his brother?", searches with the previous question too); the model reads the question as asked."""
         if mode is not None and mode not in MODES:
@@ -287,7 +287,7 @@ class Workspace:
             narrow = False
         answer = Answer()
         answer.timings.retrieve_s = time.perf_counter() - started
-        # `narrow`: the answer reads only the few sentences that match the question best (engine/evidence.py)
+        # `narrow`: the answer reads only the few sentences that match the question best (engine/retrieval/evidence.py)
         focus = evidence_narrow(search, retrieved) if narrow else []
         result = AskResult(question, mode, retrieved, answer, scope, focus=focus or None)
         answerer = self.answerer(mode, store, layered)

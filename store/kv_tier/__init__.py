@@ -1,6 +1,6 @@
 """The KV cache tier: per answer model, the events' KV blocks (and their representative keys) under the store's disk
 budget. The archive (documents, events, embeddings, lexical index) never depends on it: a missing block is prepared
-from the event's text on first use (engine/kv_mode.py) and offered back to the tier.
+from the event's text on first use (engine/answer/kv_mode.py) and offered back to the tier.
 
 Like the rest of store/, it never imports llama_cpp: a block is bytes with a type, a token count and a key.
 """

@@ -7,7 +7,7 @@ bytes) and the bytes in use are the sizes of the files themselves, never a count
 Layout (little-endian), numpy/struct-first like gguf-py:
     header   magic b"EKVB" | u16 format version | u16 block type (ggml type id) | 16 bytes block key
              | u32 n_tokens | u32 rep_keys length | u64 payload length | u32 crc32
-    payload  the block's KV (engine/kv_memory.py's EKVP payload: positions, K rows, V rows)
+    payload  the block's KV (engine/kv/blocks.py's EKVP payload: positions, K rows, V rows)
     rep_keys the block's representative keys (rep_keys.py layout), possibly empty
 The crc32 covers the header fields before it, the payload and the rep_keys, so a flipped bit anywhere is caught; the
 key in the header proves the file holds the block its name says.
@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from ..records import StoreError
-from ..rep_keys import decode_rep_keys, encode_rep_keys
+from .rep_keys import decode_rep_keys, encode_rep_keys
 
 try:  # zlib's crc32 bit for bit, with carry-less multiplies where the CPU has them: an answer checks tens of MB of
     # blocks, ~12 ms at zlib's 7-8 GB/s for a layered pool, ~5 ms so (bench/assemble.py)

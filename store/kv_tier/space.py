@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..rep_keys import encoded_size
+from .rep_keys import encoded_size
 from .block_file import (
     BLOCK_SUFFIX,
     TMP_SUFFIX,

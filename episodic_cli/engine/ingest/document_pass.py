@@ -17,19 +17,19 @@ import time
 
 import numpy as np
 
-from ..store import DocumentRecord, EventRecord, Store
-from ..store.kv_tier import block_key
+from ...store import DocumentRecord, EventRecord, Store
+from ...store.kv_tier import block_key
 from .checkpoint import Checkpoint, read_snapshot, remove_older_snapshots, snapshot_path, write_snapshot
 from .code_cuts import CodeCuts
-from .embedder import Embedder
-from .event_keys import RopeParams, similarity_keys
-from .heap import release_free_memory
-from .kv_capture import BlockKeeper, read_window
-from .kv_memory import ParsedBlock
-from .llama_backend import LlamaSession, WindowState
+from ..embed.embedder import Embedder
+from ..kv.keys import RopeParams, similarity_keys
+from ..heap import release_free_memory
+from ..kv.keeper import BlockKeeper, read_window
+from ..kv.blocks import ParsedBlock
+from ..llama.backend import LlamaSession, WindowState
 from .segment import SegmentParams, StreamingSegmenter
 from .sliding_array import SlidingArray
-from .sources import SourceDocument
+from ..documents.sources import SourceDocument
 from .token_stream import DocumentTokens
 
 DEFAULT_COMMIT_EVERY = 64

@@ -12,10 +12,10 @@ from collections.abc import Callable
 import llama_cpp as L
 import numpy as np
 
-from ..store.kv_tier import Admission, Tier, TierConfig
-from .event_keys import RopeParams, representative_keys, rope_params
-from .kv_memory import KIND_BLOCK_TYPE, KINDS, ParsedBlock, capture_block, encode_block, parse_state_blob
-from .llama_backend import LlamaModel, LlamaSession
+from ...store.kv_tier import Admission, Tier, TierConfig
+from .keys import RopeParams, representative_keys, rope_params
+from .blocks import KIND_BLOCK_TYPE, KINDS, ParsedBlock, capture_block, encode_block, parse_state_blob
+from ..llama.backend import LlamaModel, LlamaSession
 
 DEFAULT_KIND = "q8_0"
 

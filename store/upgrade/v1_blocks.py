@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .kv_tier.block_file import BlockType
-from .records import StoreError, StoreMismatchError
+from ..kv_tier.block_file import BlockType
+from ..records import StoreError, StoreMismatchError
 
 # Bump when the byte layout above changes; files of another version are refused, never reinterpreted.
 KV_BLOCK_FORMAT_VERSION = 1

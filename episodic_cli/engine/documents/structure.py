@@ -29,7 +29,7 @@ from itertools import islice
 
 import numpy as np
 
-from .document_text import Text, iter_lines
+from .text import Text, iter_lines
 
 CODE_KINDS = frozenset("class def function func fn method struct enum trait impl interface module object sub".split())
 PROSE_KINDS = ("part", "chapter", "appendix", "section")

@@ -21,8 +21,8 @@ from pathlib import Path
 import llama_cpp as L
 import numpy as np
 
-from .. import native
-from .errors import EpiError
+from ... import native
+from ..errors import EpiError
 
 GGML_TYPE_F32 = 0
 GGML_OP_ROPE = 48  # enum ggml_op of the vendored ggml.h (the 49th entry after GGML_OP_NONE = 0)

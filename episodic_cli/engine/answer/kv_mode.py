@@ -29,16 +29,16 @@ from pathlib import Path
 import llama_cpp as L
 import numpy as np
 
-from ..native import RopeShift
-from ..store import StoreError
-from ..store.kv_tier import BlockCorruptError, StoredBlock, block_key
-from .answer import ANSWER_TOKENS, SYSTEM_PROMPT, Answer, clean_question, stream_into
-from .event_keys import k_shift
-from .kv_capture import BlockKeeper, read_cells
-from .kv_memory import (KVFormatError, ParsedBlock, decode_block, encode_block, load_block, session_v_trans,
+from ...native import RopeShift
+from ...store import StoreError
+from ...store.kv_tier import BlockCorruptError, StoredBlock, block_key
+from .text_mode import ANSWER_TOKENS, SYSTEM_PROMPT, Answer, clean_question, stream_into
+from ..kv.keys import k_shift
+from ..kv.keeper import BlockKeeper, read_cells
+from ..kv.blocks import (KVFormatError, ParsedBlock, decode_block, encode_block, load_block, session_v_trans,
                         state_blob_from_payload)
-from .llama_backend import INGEST_BATCH, LlamaModel, LlamaSession
-from .retrieve import RetrievedEvent, owning_hit
+from ..llama.backend import INGEST_BATCH, LlamaModel, LlamaSession
+from ..retrieval.retrieve import RetrievedEvent, owning_hit
 from .short_answer import SPAN_SEQUENCES
 
 _MARK = "\x1f"  # splits the rendered template at block places; no document or question text keeps control characters
@@ -60,7 +60,7 @@ def kv_messages(question: str, n_blocks: int, history: list[dict[str, str]] | No
     )
     earlier = f"Earlier in this conversation:\n{earlier}\n" if earlier else ""
     listed = "\n\n".join(f"[{i}] {q.strip()}" for i, q in enumerate(quotes or [], 1))
-    if quotes:  # narrowed evidence (engine/evidence.py), decoded as text right after the sink
+    if quotes:  # narrowed evidence (engine/retrieval/evidence.py), decoded as text right after the sink
         user = f"Sources:\n\n{_MARK}{listed}\n\n{earlier}Question: {question}"
     elif n_blocks:
         user = f"Sources:\n\n{_MARK * (n_blocks + 1)}\n\n{earlier}Question: {question}"
@@ -123,7 +123,7 @@ class KVModeAnswerer:
         `weights[i]` scales event i's V rows when its block is loaded (EpMAN weighting; None: all 1.0; an event
         prepared from text is not weighted). `spans[i]`: narrowed evidence, the character spans of event i to read;
         they are decoded as text behind the sink instead of loading the blocks (kv_messages). `lead_spans`: the
-        answer starts with the likeliest of these (engine/short_answer.py)."""
+        answer starts with the likeliest of these (engine/answer/short_answer.py)."""
         t0 = time.perf_counter()
         parts = self._plan(question, retrieved, history, weights, spans)
         keep = self._shared_prefix(parts)

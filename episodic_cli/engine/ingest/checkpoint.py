@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .llama_backend import WindowState
+from ..llama.backend import WindowState
 
 CHECKPOINT_VERSION = 1
 SNAPSHOT_DIR = "ingest"

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .document_text import Text
-from .heap import release_free_memory
+from ..documents.text import Text
+from ..heap import release_free_memory
 from .segment import clean_cut_mask
 from .sliding_array import SlidingArray
 from .token_offsets import token_char_offsets

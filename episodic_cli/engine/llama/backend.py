@@ -17,8 +17,8 @@ from pathlib import Path
 import llama_cpp as L
 import numpy as np
 
-from .. import native
-from .errors import EpiError
+from ... import native
+from ..errors import EpiError
 from .gguf import GGUFHeaderError, describe_damage, read_gguf_header
 
 INGEST_BATCH = 512

@@ -18,9 +18,9 @@ import logging
 import sqlite3
 from pathlib import Path
 
-from .kv_tier import BlockType, KVSpace, TierConfig, block_key
-from .records import DEFAULT_KV_BUDGET_BYTES, StoreError
-from .rep_keys import decode_rep_keys
+from ..kv_tier import BlockType, KVSpace, TierConfig, block_key
+from ..records import DEFAULT_KV_BUDGET_BYTES, StoreError
+from ..kv_tier.rep_keys import decode_rep_keys
 from .v1_blocks import BlockCorruptError, KVBlockReader
 
 log = logging.getLogger(__name__)

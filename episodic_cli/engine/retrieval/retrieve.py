@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..store import DocumentRecord, EventRecord, Store
-from .structure import decode as decode_section
+from ...store import DocumentRecord, EventRecord, Store
+from ..documents.structure import decode as decode_section
 
 RRF_K = 60  # the usual reciprocal-rank-fusion constant; it damps the weight of the very first ranks
 BOOST = 1.0  # added to the fused score of a boosted event: more than any fused score (at most 2 / 61) can differ
@@ -81,7 +81,7 @@ def retrieve(
     """Top-k events by fused similarity, each with +-`neighbours` adjacent events, de-duplicated, in document order,
     holding at most `token_budget` tokens (the best hit is always kept).
 
-    `allowed` (a question's chapter, section or page, `--doc`: engine/scope.py) restricts hits and neighbours to
+    `allowed` (a question's chapter, section or page, `--doc`: engine/retrieval/scope.py) restricts hits and neighbours to
     those event ids; `boosted` (the code symbols a question names) puts the best of those events first."""
     pool = max(4 * k, 20)
     rankings = [store.search_dense(query_vector, pool, within=allowed)]

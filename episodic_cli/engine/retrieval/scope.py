@@ -21,11 +21,11 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..store import Store
-from ..store.lexical import STOP_WORDS
-from .errors import EpiError
-from .sources import CODE_EXTS, PDF_EXT, TEXT_EXTS
-from .structure import CODE_KINDS, NUMBER_ALT, _ORDINAL_WORDS, all_paths, decode, number_value
+from ...store import Store
+from ...store.lexical import STOP_WORDS
+from ..errors import EpiError
+from ..documents.sources import CODE_EXTS, PDF_EXT, TEXT_EXTS
+from ..documents.structure import CODE_KINDS, NUMBER_ALT, _ORDINAL_WORDS, all_paths, decode, number_value
 
 _ORDINALS = "|".join(_ORDINAL_WORDS[1:]) + r"|\d{1,3}(?:st|nd|rd|th)"
 _CHAPTER_RE = re.compile(rf"\b(?:chapters?|chap\.|ch\.)\s*(?P<num>{NUMBER_ALT})\b"

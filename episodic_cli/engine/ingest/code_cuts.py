@@ -25,7 +25,7 @@ import re
 
 import numpy as np
 
-from .structure import line_offsets, regex_symbols
+from ..documents.structure import line_offsets, regex_symbols
 
 DEFINITION, COMPOUND, STATEMENT = 100, 30, 10   # cost of breaking one that fits in an event
 BREAKS_FITTING = STATEMENT                        # a cost from this on breaks something that fits

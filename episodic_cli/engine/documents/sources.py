@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pathspec
 
-from .document_text import Text, TextSpool, close_text, count_newlines
-from .errors import EpiError
-from .heap import release_free_memory
+from .text import Text, TextSpool, close_text, count_newlines
+from ..errors import EpiError
+from ..heap import release_free_memory
 
 # pypdf (strict=False) logs a warning for every repaired xref/object; with no handler configured Python's
 # last-resort handler would print those to stderr in the middle of the CLI's output. A NullHandler keeps them
@@ -92,7 +92,7 @@ class SourceDocument:
 
     def section(self, char_start: int, char_end: int) -> str | None:
         """Where [char_start, char_end) sits in the document's structure, as stored in events.section (JSON; None
-        when the document shows no structure there). See engine/structure.py."""
+        when the document shows no structure there). See engine/documents/structure.py."""
         from . import structure
 
         if self._sections is None:

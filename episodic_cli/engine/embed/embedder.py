@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import EpiError
+from ..errors import EpiError
 from .query_encoder import QueryEncoder, unit
 
 EMBEDDER_NAME = "all-MiniLM-L6-v2"

@@ -7,7 +7,7 @@ import struct
 
 import numpy as np
 
-from .records import StoreError
+from ..records import StoreError
 
 _HEAD = struct.Struct("<III")
 

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .errors import EpiError
-from .llama_backend import LlamaModel, LlamaSession
-from .retrieve import RetrievedEvent
+from ..errors import EpiError
+from ..llama.backend import LlamaModel, LlamaSession
+from ..retrieval.retrieve import RetrievedEvent
 from .short_answer import SPAN_SEQUENCES, likeliest
-from .structure import describe as describe_section
+from ..documents.structure import describe as describe_section
 
 if TYPE_CHECKING:
     from .layered import LayeredReport
@@ -93,7 +93,7 @@ def build_messages(question: str, retrieved: list[RetrievedEvent], history: list
 
 def focused_messages(question: str, quotes: list[str], history: list[dict[str, str]] | None = None
                      ) -> list[dict[str, str]]:
-    """Text mode's prompt when the evidence is narrowed to a few sentences (engine/evidence.py): the sentences
+    """Text mode's prompt when the evidence is narrowed to a few sentences (engine/retrieval/evidence.py): the sentences
     numbered without headings (a small model copies a heading's path instead of the fact), then the question."""
     question = clean_question(question)
     listed = "\n\n".join(f"[{i}] {q.strip()}" for i, q in enumerate(quotes, 1))
@@ -119,8 +119,8 @@ class Answer:
     reused_tokens: int = 0    # of those, kept in the cache from the previous question (kv mode in chat)
     kv_loaded_tokens: int = 0     # kv mode: retrieved tokens loaded from stored KV blocks
     kv_prefilled_tokens: int = 0  # kv mode: retrieved tokens prefilled from text (cold events, then kept if room)
-    layered: LayeredReport | None = None  # --layered: what each layer's block selection did (engine/layered.py)
-    short: str | None = None  # the evidence span the answer starts with (engine/short_answer.py); None: free answer
+    layered: LayeredReport | None = None  # --layered: what each layer's block selection did (engine/answer/layered.py)
+    short: str | None = None  # the evidence span the answer starts with (engine/answer/short_answer.py); None: free answer
     timings: Timings = field(default_factory=Timings)
 
 
@@ -141,7 +141,7 @@ class TextModeAnswerer:
         """Yield answer text pieces; fills `answer` (text, timings measured from `started`) as it goes.
         `weights` (EpMAN) only applies to KV blocks; text mode has none. `spans[i]`: the character spans of event i
         to read instead of its whole text (narrowed evidence). `lead_spans`: the answer starts with the likeliest of
-        these (engine/short_answer.py)."""
+        these (engine/answer/short_answer.py)."""
         if spans is None:
             messages = build_messages(question, retrieved, history)
         else:

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .evidence import STOPWORDS
-from .llama_backend import INGEST_BATCH, LlamaSession
+from ..retrieval.evidence import STOPWORDS
+from ..llama.backend import INGEST_BATCH, LlamaSession
 
 MAX_SPANS = 16        # spans scored per answer: the batch (and the sequences) it needs
 MAX_SPAN_TOKENS = 24  # a longer "span" is a code expression or a sentence, not a fact to lead with

@@ -36,9 +36,9 @@ from dataclasses import dataclass, replace
 import llama_cpp as L
 import numpy as np
 
-from .. import native
-from ..store.kv_tier import BlockType
-from .errors import EpiError
+from ... import native
+from ...store.kv_tier import BlockType
+from ..errors import EpiError
 
 STAGING_SEQ = 1
 IO_MAGIC = 0xAF143CD8

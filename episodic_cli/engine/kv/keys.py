@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import llama_cpp as L
 import numpy as np
 
-from .. import native
-from .kv_memory import ParsedBlock
-from .llama_backend import LlamaModel, gpu_offload_supported
+from ... import native
+from .blocks import ParsedBlock
+from ..llama.backend import LlamaModel, gpu_offload_supported
 
 # The graph's layers, as fractions of the depth (7, 15 and 22 of 30). A single layer's keys are noisy; on 24 planted
 # topic changes no depth was clearly best (all layers together did no better), and three keep unrotating cheap.

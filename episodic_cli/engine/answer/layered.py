@@ -38,20 +38,20 @@ from dataclasses import dataclass, field
 import llama_cpp as L
 import numpy as np
 
-from .. import native
-from ..store import StoreError
-from ..store.kv_tier import StoredBlock
-from . import layer_visibility
-from .answer import ANSWER_TOKENS, QUESTION_ROOM, Answer, stream_into
-from .errors import EpiError
-from .event_keys import REP_KEYS, representative_keys, unrotated_keys
-from .kv_capture import BlockKeeper
-from .kv_memory import (STAGING_SEQ, KVFormatError, ParsedBlock, capture_block, decode_block, encode_block,
+from ... import native
+from ...store import StoreError
+from ...store.kv_tier import StoredBlock
+from ..llama import layer_visibility
+from .text_mode import ANSWER_TOKENS, QUESTION_ROOM, Answer, stream_into
+from ..errors import EpiError
+from ..kv.keys import REP_KEYS, representative_keys, unrotated_keys
+from ..kv.keeper import BlockKeeper
+from ..kv.blocks import (STAGING_SEQ, KVFormatError, ParsedBlock, capture_block, decode_block, encode_block,
                         load_block, parse_state_blob, session_v_trans, state_blob_from_payload)
 from .kv_mode import TOO_BIG, KVModeAnswerer, _Part
-from .llama_backend import LlamaModel, LlamaSession
-from .query_capture import QueryCapture
-from .retrieve import RetrievedEvent
+from ..llama.backend import LlamaModel, LlamaSession
+from ..llama.query_capture import QueryCapture
+from ..retrieval.retrieve import RetrievedEvent
 
 FIRST_BLOCK_SEQ = STAGING_SEQ + 1
 MAX_POOL = 192  # events in a pool (a sequence each; llama.cpp allows 256); the 8k answer context holds ~30 events
@@ -118,7 +118,7 @@ class LayeredAnswerer(KVModeAnswerer):
         lanes that share positions, the context getting the cells it needs beyond `n_ctx`; 0: the pool fits."""
         self.flash_attn = flash_attn
         if not layer_visibility.available():
-            raise RuntimeError("per-layer visibility needs epi's patched llama.cpp (engine/layer_visibility.py)")
+            raise RuntimeError("per-layer visibility needs epi's patched llama.cpp (engine/llama/layer_visibility.py)")
         self.window = n_ctx
         self.pool_tokens = pool_tokens
         self.rope = keeper.rope

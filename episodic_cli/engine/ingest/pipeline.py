@@ -14,17 +14,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from ..store import DocumentRecord, Store, StoreError
+from ...store import DocumentRecord, Store, StoreError
 from .checkpoint import remove_stale_snapshots
 from .document_pass import DEFAULT_COMMIT_EVERY, DocumentPass
-from .embedder import Embedder
-from .errors import EpiError
-from .event_keys import rope_params
-from .kv_capture import BlockKeeper
-from .kv_mode import sink_tokens
-from .llama_backend import INGEST_BATCH, LlamaModel, LlamaSession
+from ..embed.embedder import Embedder
+from ..errors import EpiError
+from ..kv.keys import rope_params
+from ..kv.keeper import BlockKeeper
+from ..answer.kv_mode import sink_tokens
+from ..llama.backend import INGEST_BATCH, LlamaModel, LlamaSession
 from .segment import SegmentParams
-from .sources import Skipped, SourceDocument, file_sha256, load_document
+from ..documents.sources import Skipped, SourceDocument, file_sha256, load_document
 from .token_offsets import byte_to_char_offsets, token_char_offsets  # noqa: F401 - their home before document_pass
 from .token_stream import DocumentTokens
 

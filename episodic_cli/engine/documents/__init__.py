@@ -1,0 +1,1 @@
+"""Reading files: formats, text slices, structure (headings, outlines, symbols), discovery."""

@@ -1,0 +1,1 @@
+"""The sentence embedder and its numpy question encoder."""

@@ -1,0 +1,1 @@
+"""The ingest pipeline: the document pass, surprise segmentation, code cuts, checkpoints, token streams."""

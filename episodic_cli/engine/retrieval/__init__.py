@@ -1,0 +1,1 @@
+"""Finding what an answer reads: retrieval, scope, evidence narrowing and quotes, citations."""

@@ -1,0 +1,1 @@
+"""Upgrading stores written in the v1 format (one block file per event)."""
