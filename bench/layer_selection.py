@@ -19,7 +19,8 @@ from heldout import load_sets, resolve, stale_questions
 from eval import covers
 from pathlib import Path
 import generators as gen
-from episodic_cli.engine.workspace import Workspace, LAYER_BUDGET
+from episodic_cli.engine.budgets import LAYER_BUDGET
+from episodic_cli.engine.workspace import Workspace
 from episodic_cli.engine.paths import cache_dir
 from episodic_cli.engine.answer.text_mode import Answer
 from episodic_cli.engine.kv.keeper import read_cells

@@ -12,18 +12,19 @@ from typing import Annotated, Optional
 import typer
 
 from . import __version__, render
-from .engine.answer.text_mode import check_question_length
-from .engine.errors import EpiError
-from .engine.paths import store_path
-from .engine.ingest.document_pass import DEFAULT_COMMIT_EVERY
-from .engine.retrieval.scope import documents_matching
+from .engine.budgets import DEFAULT_K, LAYER_BUDGET, POOL_TOKENS_RANGE
+from .engine.documents.sources import Skipped, discover
 from .engine.documents.structure import decode as decode_section
 from .engine.documents.structure import describe as describe_section
+from .engine.errors import EpiError
+from .engine.ingest.document_pass import DEFAULT_COMMIT_EVERY
 from .engine.ingest.segment import REFINE_METHODS, SegmentParams
-from .engine.documents.sources import Skipped, discover
-from .engine.kv.keeper import DEFAULT_KIND
 from .engine.kv.blocks import KINDS as KV_KINDS
-from .engine.workspace import DEFAULT_K, LAYER_BUDGET, MAX_EVENT_TOKENS, MODES, POOL_TOKENS_RANGE, Workspace
+from .engine.kv.keeper import DEFAULT_KIND
+from .engine.paths import store_path
+from .engine.prompt import check_question_length
+from .engine.retrieval.scope import documents_matching
+from .engine.workspace import MAX_EVENT_TOKENS, MODES, Workspace, apply_kv_budget
 from .store import Store, StoreError
 
 app = typer.Typer(
@@ -63,14 +64,6 @@ def parse_size(text: str) -> int:
     if not match or unit is None:
         raise EpiError(f"cannot read the size {text!r}: write it like 500MB, 20GB or 1.5GiB")
     return int(float(match.group(1)) * unit)
-
-
-def apply_kv_budget(st: Store, budget: str | None) -> None:
-    """Record a new KV budget and evict down to it at once (least recently used blocks first)."""
-    if budget is None:
-        return
-    st.set_kv_budget(parse_size(budget))
-    st.kv_space().shrink_to_budget()
 
 
 def handle_errors(fn: Callable) -> Callable:
@@ -133,33 +126,19 @@ def ingest(
     if all(isinstance(f, Skipped) for f in found):  # say why before loading a model for nothing
         raise EpiError(nothing_to_ingest(found))
     budget_text = "0" if not kv else kv_budget
-    if budget_text is not None:
-        parse_size(budget_text)  # a typo fails before the model loads
+    budget = None if budget_text is None else parse_size(budget_text)  # a typo fails before the model loads
     Store.refuse_if_being_written(store_path(store))  # before the model loads
     ws = Workspace(model, store, threads, warn=render.warning)
     with render.status("loading model and embedder", quiet=as_json):
         st = ws.store_for_writing(params)
         ws.embedder.load(batches=True)  # before the progress bars start
     results = []
-    try:
-        with st.writer():
-            apply_kv_budget(st, budget_text)
-            if kv:
-                st.set_kv_block_kind(kv_type)
-            ingestor = ws.ingestor(st, params, kv_type if kv else None, commit_every)
-            try:
-                with render.IngestProgressView(found, quiet=as_json) as view:
-                    for result in ingestor.ingest(found, view):
-                        results.append(result)
-                        if as_json:
-                            print(json.dumps(result.as_json()), flush=True)
-            finally:
-                ingestor.close()
-                # Blocks of replaced documents, or of a file that failed or was interrupted before its commit.
-                st.collect_kv_garbage()
-                ingestor.finish_run()
-    finally:
-        st.close()
+    with ws.ingest_run(st, params, kv_type if kv else None, budget, commit_every) as ingestor:
+        with render.IngestProgressView(found, quiet=as_json) as view:
+            for result in ingestor.ingest(found, view):
+                results.append(result)
+                if as_json:
+                    print(json.dumps(result.as_json()), flush=True)
     if not as_json:
         render.ingest_summary(results, st.path)
     if any(r.status == "failed" for r in results) or all(r.status == "skipped" for r in results):
@@ -378,7 +357,7 @@ def config(
     with Store.open_existing(store_path(store)) as st:
         if kv_budget is not None:
             with st.writer():
-                apply_kv_budget(st, kv_budget)
+                apply_kv_budget(st, parse_size(kv_budget))
         settings = {"store": str(st.path), "kv_budget_bytes": st.kv_budget, "kv_block_kind": st.kv_block_kind,
                     "kv_used_bytes": st.kv_space().used_bytes(), "embedder": st.identity.embedder,
                     "segmenter": st.identity.segmenter.get("model_name"), "segmentation": st.identity.segmentation}

@@ -20,7 +20,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from .engine.answer.text_mode import citation
+from .engine.retrieval.citations import citation
 from .engine.ingest.pipeline import IngestResult
 from .engine.retrieval.retrieve import RetrievedEvent
 from .run_progress import RunProgress

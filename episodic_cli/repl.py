@@ -4,7 +4,7 @@ from __future__ import annotations
 from rich.markup import escape
 
 from . import render
-from .engine.answer.text_mode import check_question_length
+from .engine.prompt import check_question_length
 from .engine.errors import EpiError
 from .engine.retrieval.scope import documents_matching, names_a_place
 from .engine.workspace import Workspace

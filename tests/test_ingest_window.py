@@ -16,7 +16,7 @@ from episodic_cli.engine.ingest.segment import SegmentParams
 from episodic_cli.engine.kv import blocks as K
 from episodic_cli.engine.kv.keys import rope_params, unrotated_keys
 from episodic_cli.engine.kv.keeper import read_window
-from episodic_cli.engine.answer.kv_mode import sink_tokens
+from episodic_cli.engine.prompt import sink_tokens
 from episodic_cli.native import reference
 
 SMALL = SegmentParams(local=96, min_tokens=32, max_tokens=64)

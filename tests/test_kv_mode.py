@@ -126,7 +126,7 @@ def test_the_sink_block_is_stored_once_and_rebuilt_when_damaged(engine, shared_s
 def test_blocks_follow_the_sink_they_were_computed_behind(engine, shared_store):
     """The ingest pass reads every document behind kv mode's sink: the answer's first part is those very tokens, and a
     document's first block was captured at the positions right behind it."""
-    from episodic_cli.engine.answer.kv_mode import sink_tokens
+    from episodic_cli.engine.prompt import sink_tokens
 
     ws = workspace_for(engine, shared_store.store_dir)
     with Store.open_existing(shared_store.store_dir) as st:

@@ -182,7 +182,8 @@ def test_a_follow_up_with_a_smaller_pool_leaves_no_cell_in_the_old_block_sequenc
     in one would stay allocated, and a later pool could hide or show it by mistake)."""
     import llama_cpp as L
 
-    from episodic_cli.engine.answer.layered import FIRST_BLOCK_SEQ, MAX_POOL
+    from episodic_cli.engine.answer.layered import FIRST_BLOCK_SEQ
+    from episodic_cli.engine.budgets import MAX_POOL
 
     ws = workspace_for(engine, shared_store.store_dir)
     with Store.open_existing(shared_store.store_dir) as st:

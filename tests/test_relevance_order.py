@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from episodic_cli.engine.answer.kv_mode import EPMAN_FLOOR, episodic_weights
+from episodic_cli.engine.retrieval.weights import EPMAN_FLOOR, episodic_weights
 from episodic_cli.engine.retrieval.retrieve import relevance_order
 
 

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from conftest import prose_lines, workspace_for
 from episodic_cli.app import app
 from episodic_cli.engine.documents import structure
-from episodic_cli.engine.answer.text_mode import citation
+from episodic_cli.engine.retrieval.citations import citation
 from episodic_cli.engine.errors import EpiError
 from episodic_cli.engine.retrieval.scope import Restriction, _section_node, parse
 from episodic_cli.engine.ingest.segment import SegmentParams

@@ -9,7 +9,7 @@ import pytest
 
 import llama_cpp as L
 from conftest import TEXT_FACT, TEXT_QUESTION, workspace_for
-from episodic_cli.engine.answer.text_mode import Answer, stream_into
+from episodic_cli.engine.answer.records import Answer, stream_into
 from episodic_cli.engine.llama.backend import LlamaSession
 from episodic_cli.engine.answer.short_answer import SPAN_SEQUENCES, answer_spans, asks_for_a_fact, likeliest
 from episodic_cli.store import Store

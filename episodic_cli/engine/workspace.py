@@ -1,56 +1,45 @@
-"""Wires the parts a command needs (model, embedder, store) and loads each only when first used.
-
-The CLI talks to this module alone; every method returns plain data and raises EpiError/StoreError on failure.
+"""The engine's front door: wires the parts a command needs (model, embedder, store), loads each only when first
+used, and runs an ingest or an answer. Every method returns plain data and raises EpiError/StoreError on failure;
+the CLI imports the rest of the engine only for option values and pure helpers (names, parsing, citations).
 """
 from __future__ import annotations
 
 import hashlib
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
 from ..store import Store, StoreIdentity
-from .answer.text_mode import ANSWER_TOKENS, QUESTION_ROOM, Answer, TextModeAnswerer
+from .answer.kv_mode import KVModeAnswerer, PrepareProgress
+from .answer.layered import LayeredAnswerer
+from .answer.records import Answer
+from .answer.short_answer import answer_spans, asks_for_a_fact
+from .answer.text_mode import TextModeAnswerer
+from .budgets import (ANSWER_CONTEXT, ANSWER_TOKENS, DEFAULT_K, EVIDENCE_BUDGET, LAYER_BUDGET, LAYERED_ANCHOR_TOKENS,
+                      LAYERED_POOL_K, MAX_POOL, QUESTION_ROOM)
+from .documents.structure import describe as describe_section
 from .embed.embedder import EMBED_DIM, EMBEDDER_NAME, Embedder
 from .errors import EpiError
-from .retrieval.evidence import Support, support
-from .retrieval.evidence import narrow as evidence_narrow
 from .ingest.document_pass import DEFAULT_COMMIT_EVERY
 from .ingest.pipeline import Ingestor
+from .ingest.segment import SegmentParams
 from .kv.keeper import DEFAULT_KIND, BlockKeeper, tier_config
-from .answer.kv_mode import KVModeAnswerer, PrepareProgress, episodic_weights
 from .llama import layer_visibility
-from .answer.layered import MAX_POOL, LayeredAnswerer
 from .llama.backend import LlamaModel
 from .llama.models import PreparedModel, prepare_model
 from .paths import cache_dir, store_path
+from .retrieval.evidence import Support, support
+from .retrieval.evidence import narrow as evidence_narrow
 from .retrieval.retrieve import RetrievedEvent, relevance_order, retrieve
 from .retrieval.scope import Restriction
-from .answer.short_answer import answer_spans, asks_for_a_fact
 from .retrieval.scope import parse as parse_scope
 from .retrieval.scope import resolve as resolve_scope
-from .documents.structure import describe as describe_section
-from .ingest.segment import SegmentParams
+from .retrieval.weights import episodic_weights
 
 MODES = ("text", "kv")
-ANSWER_CONTEXT = 8192
-EVIDENCE_BUDGET = 3072
-LAYER_BUDGET = EVIDENCE_BUDGET  # tokens of the pool each layer sees in a layered answer: what kv mode reads at most
-# Hits per question (`-k`), before neighbours. 5, not 3: on the held-out sets k=5 answered as well as k=3 on every
-# set and better on one (kv 38 -> 39 of 94), and found one more code answer (codebases 31 -> 32 of 35); the answer
-# still reads only the 2 best sentences, so more hits cost retrieval milliseconds, not decoding (docs/evaluation.md).
-DEFAULT_K = 5
-LAYERED_POOL_K = 12  # hits in a layered pool per answer context's room of it (before neighbours)
-# Retrieval's own events, which every layer of a layered answer sees first (its anchors), fill at most two thirds of
-# a layer's budget, so that at least a third (1,024 tokens) is each layer's own choice: uncapped, the default k=5
-# with neighbours filled all 3,072 and no layer chose anything (`--layered` read like `--whole`). Measured with
-# anchors of ~1,700-2,100 tokens (docs/layered.md).
-LAYERED_ANCHOR_TOKENS = 2 * LAYER_BUDGET // 3
-# `--pool`: at least a layer's budget and the share it chooses (a smaller pool is seen whole by every layer, so
-# nothing would be selected), at most what a 2-core laptop loads in a few seconds (~23 KB a token: ~1.1 GB)
-POOL_TOKENS_RANGE = (LAYER_BUDGET + LAYER_BUDGET // 3, 48_000)
 LAYERED_UNAVAILABLE = ("--layered needs epi's patched llama.cpp, and this llama-cpp-python lacks the patch: run "
                        "./install.sh from epi's source folder (`epi doctor` says whether the patch is in)")
 MAX_EVENT_TOKENS = 1024  # the ingest context grows with it (ingest.ingest_context): an undecided event stays in it
@@ -106,6 +95,12 @@ class AskResult:
             # --layered: the pool loaded and, per layer, how many of its blocks that layer's query selected
             "layered": self.answer.layered.as_json() if self.answer.layered is not None else None,
         }
+
+
+def apply_kv_budget(store: Store, n_bytes: int) -> None:
+    """Record a new KV budget and evict down to it at once (least recently used blocks first)."""
+    store.set_kv_budget(n_bytes)
+    store.kv_space().shrink_to_budget()
 
 
 class Workspace:
@@ -172,6 +167,28 @@ class Workspace:
             keeper = self.block_keeper(store, kv_kind)
         return Ingestor(store, self.model, self.embedder, params, self.threads, keeper,
                         segmenter=f"{self.model.info.name} {self.prepared.sha256}", commit_every=commit_every)
+
+    @contextmanager
+    def ingest_run(self, store: Store, params: SegmentParams, kv_kind: str | None, kv_budget: int | None,
+                   commit_every: int = DEFAULT_COMMIT_EVERY) -> Iterator[Ingestor]:
+        """One `epi ingest` run on `store` (closed afterwards): holds the writer lock, applies `kv_budget` (bytes,
+        None: unchanged) and `kv_kind` (None: no blocks), and afterwards removes the blocks no event names."""
+        try:
+            with store.writer():
+                if kv_budget is not None:
+                    apply_kv_budget(store, kv_budget)
+                if kv_kind is not None:
+                    store.set_kv_block_kind(kv_kind)
+                ingestor = self.ingestor(store, params, kv_kind, commit_every)
+                try:
+                    yield ingestor
+                finally:
+                    ingestor.close()
+                    # Blocks of replaced documents, or of a file that failed or was interrupted before its commit.
+                    store.collect_kv_garbage()
+                    ingestor.finish_run()
+        finally:
+            store.close()
 
     @property
     def answer_context(self) -> int:

@@ -32,52 +32,22 @@ import numpy as np
 from ...native import RopeShift
 from ...store import StoreError
 from ...store.kv_tier import BlockCorruptError, StoredBlock, block_key
-from .text_mode import ANSWER_TOKENS, SYSTEM_PROMPT, Answer, clean_question, stream_into
-from ..kv.keys import k_shift
-from ..kv.keeper import BlockKeeper, read_cells
+from ..budgets import ANSWER_TOKENS
 from ..kv.blocks import (KVFormatError, ParsedBlock, decode_block, encode_block, load_block, session_v_trans,
-                        state_blob_from_payload)
+                         state_blob_from_payload)
+from ..kv.keeper import BlockKeeper, read_cells
+from ..kv.keys import k_shift
 from ..llama.backend import INGEST_BATCH, LlamaModel, LlamaSession
-from ..retrieval.retrieve import RetrievedEvent, owning_hit
+from ..prompt import BLOCK_MARK, kv_messages
+from ..retrieval.retrieve import RetrievedEvent
+from .records import Answer, stream_into
 from .short_answer import SPAN_SEQUENCES
 
-_MARK = "\x1f"  # splits the rendered template at block places; no document or question text keeps control characters
 TOO_BIG = "the retrieved events do not fit the answer context; lower -k"
-EPMAN_FLOOR = 0.9  # EpMAN's weights are relative; keeping them in [0.9, 1.0] nudges attention without silencing a block
-
-
-def kv_messages(question: str, n_blocks: int, history: list[dict[str, str]] | None = None,
-                quotes: list[str] | None = None) -> list[dict[str, str]]:
-    """kv mode's prompt: the sources are the blocks themselves (no per-source headers: every decoded token between
-    blocks costs time, and epi shows the citations beside the answer); earlier turns follow the blocks. With
-    `quotes` (narrowed evidence: a few sentences) they are the sources instead, numbered as text mode numbers them,
-    and decoded behind the sink: measured on the held-out sets, the small model answers far better from the right
-    sentences alone than from whole blocks, and better from them as text than from their cells cut out of the
-    blocks (docs/evaluation.md, 2026-11-23)."""
-    question = clean_question(question)
-    earlier = "".join(
-        f"{'User' if m['role'] == 'user' else 'You'}: {clean_question(m['content']).strip()}\n" for m in history or []
-    )
-    earlier = f"Earlier in this conversation:\n{earlier}\n" if earlier else ""
-    listed = "\n\n".join(f"[{i}] {q.strip()}" for i, q in enumerate(quotes or [], 1))
-    if quotes:  # narrowed evidence (engine/retrieval/evidence.py), decoded as text right after the sink
-        user = f"Sources:\n\n{_MARK}{listed}\n\n{earlier}Question: {question}"
-    elif n_blocks:
-        user = f"Sources:\n\n{_MARK * (n_blocks + 1)}\n\n{earlier}Question: {question}"
-    else:
-        user = f"(No sources were found in the archive.)\n\n{earlier}Question: {question}"
-    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
-
-
-def sink_tokens(model: LlamaModel) -> np.ndarray:
-    """The answer prompt's fixed prefix (system rules, the user turn up to "Sources:"): kv mode's sink block, and
-    the sink the ingest pass computes every block behind, so that an answer loads each block behind the very tokens
-    it was computed behind (EM-LLM's initial tokens, shared by ingest and answers)."""
-    return model.tokenize(model.apply_chat_template(kv_messages("", 1)).split(_MARK)[0], special=True)
 
 
 @dataclass(frozen=True)
-class _Part:
+class Part:
     """One piece of the assembled cache: text to decode, or a retrieved event (its block, with its V weight)."""
 
     key: tuple
@@ -131,7 +101,7 @@ class KVModeAnswerer:
         answer.reused_tokens = pos
         L.llama_memory_seq_rm(self.session.memory, 0, pos, -1)
         self._layout = self._layout[:keep]
-        cold: list[tuple[_Part, np.ndarray]] = []  # events waiting to be prefilled together, in order
+        cold: list[tuple[Part, np.ndarray]] = []  # events waiting to be prefilled together, in order
         stored = {id(p): self._read(p) for p in parts[keep:] if p.retrieved is not None}
         for p in parts[keep:]:  # used now: before a cold event's block is offered, which may evict the oldest ones
             if stored.get(id(p)) is not None:
@@ -179,24 +149,24 @@ class KVModeAnswerer:
     # -- assembly ---------------------------------------------------------------------------------------------
 
     def _plan(self, question: str, retrieved: list[RetrievedEvent], history: list[dict[str, str]] | None,
-              weights: list[float] | None, spans: list[list[tuple[int, int]]] | None = None) -> list[_Part]:
+              weights: list[float] | None, spans: list[list[tuple[int, int]]] | None = None) -> list[Part]:
         quotes = None
         if spans is not None:
             quotes, retrieved = [r.event.text[a:b] for r, ss in zip(retrieved, spans) for a, b in ss], []
         rendered = self.model.apply_chat_template(kv_messages(question, len(retrieved), history, quotes))
-        texts = rendered.split(_MARK)
+        texts = rendered.split(BLOCK_MARK)
         # With blocks, texts[0] is the question-free prefix `sink_tokens` renders (the ingest sink), tokenized alike.
-        parts = [_Part(("text", _digest(texts[0])), self.model.tokenize(texts[0], special=True))]
+        parts = [Part(("text", _digest(texts[0])), self.model.tokenize(texts[0], special=True))]
         for i, r in enumerate(retrieved):
             scale = 1.0 if weights is None else float(weights[i])
             key = event_block_key(r)
-            parts.append(_Part(("event", r.event.id, key, scale), retrieved=r, v_scale=scale, block_key=key))
+            parts.append(Part(("event", r.event.id, key, scale), retrieved=r, v_scale=scale, block_key=key))
         tail = texts[-1] if retrieved or quotes else None
         if tail is not None:
-            parts.append(_Part(("text", _digest(tail)), self.model.tokenize(tail, special=True)))
+            parts.append(Part(("text", _digest(tail)), self.model.tokenize(tail, special=True)))
         return parts
 
-    def _shared_prefix(self, parts: list[_Part]) -> int:
+    def _shared_prefix(self, parts: list[Part]) -> int:
         """How many leading parts the cache already holds; the last part is always decoded again (its logits start
         the answer)."""
         keep = 0
@@ -210,11 +180,11 @@ class KVModeAnswerer:
         self._layout.append((key, end))
         return end
 
-    def _event_tokens(self, part: _Part) -> np.ndarray:
+    def _event_tokens(self, part: Part) -> np.ndarray:
         """The event's text in the answer model's own tokens (any tokenizer: the archive keeps text, not tokens)."""
         return self.model.tokenize(part.retrieved.event.text)
 
-    def _read(self, part: _Part) -> StoredBlock | None:
+    def _read(self, part: Part) -> StoredBlock | None:
         """The event's block from the tier, or None (cold). A damaged block is removed, to be rebuilt from text."""
         try:
             return self.tier.read(part.block_key)
@@ -222,13 +192,13 @@ class KVModeAnswerer:
             self._discard(part, exc.reason)
             return None
 
-    def _discard(self, part: _Part, reason: str) -> None:
+    def _discard(self, part: Part, reason: str) -> None:
         r = part.retrieved
         self.warn(f"event {r.event.id} ({r.document.display_path}): its KV block was damaged ({reason}); "
                   "preparing it again from the text")
         self.tier.discard(part.block_key)
 
-    def _load(self, part: _Part, block: StoredBlock, pos: int) -> int | None:
+    def _load(self, part: Part, block: StoredBlock, pos: int) -> int | None:
         """Load a stored block at `pos`; the position after it, or None when the block does not fit this model's
         cache after all (it is then removed and the event prepared from text)."""
         if pos + block.n_tokens + ANSWER_TOKENS > self.session.n_ctx:
@@ -242,7 +212,7 @@ class KVModeAnswerer:
             return None
         return end
 
-    def _prepare_cold(self, cold: list[tuple[_Part, np.ndarray]], pos: int, answer: Answer) -> int:
+    def _prepare_cold(self, cold: list[tuple[Part, np.ndarray]], pos: int, answer: Answer) -> int:
         """Prefill the cold events' text at `pos` in one go, then capture each event's cells and offer them to the
         tier; returns the position after them."""
         if not cold:
@@ -268,7 +238,7 @@ class KVModeAnswerer:
             if self.on_prepare is not None:
                 self.on_prepare(self._cold_done, self._cold_total)
 
-    def _captured(self, part: _Part, block: ParsedBlock) -> None:
+    def _captured(self, part: Part, block: ParsedBlock) -> None:
         """An event prepared from text: offer its cells to the tier (the next answer that retrieves it loads them)."""
         self.keeper.offer(part.block_key, block, on_use=True)
 
@@ -321,18 +291,3 @@ def _digest(text: str) -> str:
 def event_block_key(r: RetrievedEvent) -> bytes:
     """The key of a retrieved event's block in every tier (kv_tier.identity.block_key)."""
     return block_key(r.document.content_sha256, r.event.char_start, r.event.char_end)
-
-
-def episodic_weights(retrieved: list[RetrievedEvent]) -> list[float]:
-    """EpMAN-style episodic weight per retrieved event (seed 000, eq. 1), mapped to [EPMAN_FLOOR, 1.0]: the best hit
-    gets 1.0, the weakest hit the floor, linearly in the fused retrieval score; a neighbour gets the weight of the
-    nearest hit of its document (it was retrieved for that hit)."""
-    hits = [r for r in retrieved if r.score is not None]
-    if not hits:
-        return [1.0] * len(retrieved)
-    lo, hi = min(r.score for r in hits), max(r.score for r in hits)
-
-    def of_hit(r: RetrievedEvent) -> float:
-        return 1.0 if hi == lo else EPMAN_FLOOR + (1.0 - EPMAN_FLOOR) * (r.score - lo) / (hi - lo)
-
-    return [of_hit(owning_hit(r, hits)) for r in retrieved]

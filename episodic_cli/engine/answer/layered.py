@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import llama_cpp as L
 import numpy as np
@@ -41,41 +41,20 @@ import numpy as np
 from ... import native
 from ...store import StoreError
 from ...store.kv_tier import StoredBlock
-from ..llama import layer_visibility
-from .text_mode import ANSWER_TOKENS, QUESTION_ROOM, Answer, stream_into
+from ..budgets import ANSWER_TOKENS, MAX_POOL, QUESTION_ROOM
 from ..errors import EpiError
-from ..kv.keys import REP_KEYS, representative_keys, unrotated_keys
-from ..kv.keeper import BlockKeeper
 from ..kv.blocks import (STAGING_SEQ, KVFormatError, ParsedBlock, capture_block, decode_block, encode_block,
-                        load_block, parse_state_blob, session_v_trans, state_blob_from_payload)
-from .kv_mode import TOO_BIG, KVModeAnswerer, _Part
+                         load_block, parse_state_blob, session_v_trans, state_blob_from_payload)
+from ..kv.keeper import BlockKeeper
+from ..kv.keys import REP_KEYS, representative_keys, unrotated_keys
+from ..llama import layer_visibility
 from ..llama.backend import LlamaModel, LlamaSession
 from ..llama.query_capture import QueryCapture
 from ..retrieval.retrieve import RetrievedEvent
+from .kv_mode import TOO_BIG, KVModeAnswerer, Part
+from .records import Answer, LayeredReport, stream_into
 
 FIRST_BLOCK_SEQ = STAGING_SEQ + 1
-MAX_POOL = 192  # events in a pool (a sequence each; llama.cpp allows 256); the 8k answer context holds ~30 events
-
-
-@dataclass
-class LayeredReport:
-    """What the per-layer selection of one answer did (the `"layered"` object of `--json`)."""
-
-    pool_blocks: int = 0
-    pool_tokens: int = 0
-    budget_tokens: int = 0
-    lanes: int = 0  # runs of blocks sharing positions (1: the pool fits the answer context, laid out in order)
-    visible_blocks: list[int] = field(default_factory=list)  # per layer
-    visible_tokens: list[int] = field(default_factory=list)  # per layer
-    load_s: float = 0.0  # putting the pool in the cache: stored blocks loaded, cold ones prepared from text
-    probe_s: float = 0.0  # the question decoded with the anchors, and each layer's selection
-    event_ids: list[int] = field(default_factory=list)  # the pool's events, in the order of `visible`'s columns
-    visible: np.ndarray | None = None  # bool [n_layer, pool_blocks]
-
-    def as_json(self) -> dict:
-        return {"pool_blocks": self.pool_blocks, "pool_tokens": self.pool_tokens, "budget_tokens": self.budget_tokens,
-                "lanes": self.lanes, "visible_blocks": self.visible_blocks, "visible_tokens": self.visible_tokens,
-                "load_s": round(self.load_s, 4), "probe_s": round(self.probe_s, 4)}
 
 
 @dataclass(frozen=True)
@@ -194,7 +173,7 @@ class LayeredAnswerer(KVModeAnswerer):
 
     # -- assembly ---------------------------------------------------------------------------------------------
 
-    def _sink_in_place(self, sink: _Part, answer: Answer) -> int:
+    def _sink_in_place(self, sink: Part, answer: Answer) -> int:
         """Sequence 0 holds the sink and nothing else afterwards; returns its length."""
         memory = self.session.memory
         if self._layout[:1] == [(sink.key, len(sink.tokens))]:
@@ -219,7 +198,7 @@ class LayeredAnswerer(KVModeAnswerer):
                 L.llama_memory_seq_rm(self.session.memory, b.seq, -1, -1)  # its cells go once seq 0 lets go too
         self._blocks = kept
 
-    def _assemble(self, present: list[tuple[_Part, int]], places: list[int], stored: dict, cold: dict, first: int,
+    def _assemble(self, present: list[tuple[Part, int]], places: list[int], stored: dict, cold: dict, first: int,
                   answer: Answer) -> None:
         """Every pool block in its own sequence at its place, and in sequence 0 (which the sink alone held)."""
         memory = self.session.memory
@@ -251,7 +230,7 @@ class LayeredAnswerer(KVModeAnswerer):
             blocks.append(_Loaded(part.key, part.block_key, part.retrieved.event.id, p0, p0 + n, seq))
         self._blocks = blocks
 
-    def _load_into(self, part: _Part, block: StoredBlock, seq: int, p0: int) -> bool:
+    def _load_into(self, part: Part, block: StoredBlock, seq: int, p0: int) -> bool:
         """A stored block into the empty sequence `seq` at `p0`; False when it does not fit this cache after all
         (it is then removed from the tier, to be prepared from text)."""
         try:
@@ -263,7 +242,7 @@ class LayeredAnswerer(KVModeAnswerer):
             return False
         return True
 
-    def _prepare_into(self, part: _Part, tokens: np.ndarray, seq: int, first: int, p0: int) -> None:
+    def _prepare_into(self, part: Part, tokens: np.ndarray, seq: int, first: int, p0: int) -> None:
         """A cold event: decoded in `seq` behind the sink alone (as ingest computes blocks), captured and offered to
         the tier, then moved to `p0`: its captured cells loaded again there with K rotated natively (a `seq_add`
         would leave llama.cpp a K-shift of the whole cache for the probe's decode), or by llama.cpp when the model's
@@ -286,7 +265,7 @@ class LayeredAnswerer(KVModeAnswerer):
 
     # -- representative keys of the pool's blocks -----------------------------------------------------------
 
-    def _read(self, part: _Part) -> StoredBlock | None:
+    def _read(self, part: Part) -> StoredBlock | None:
         block = super()._read(part)
         if block is not None and part.block_key not in self._rep_keys:
             keys = block.rep_keys
@@ -295,14 +274,14 @@ class LayeredAnswerer(KVModeAnswerer):
             self._rep_keys[part.block_key] = keys
         return block
 
-    def _captured(self, part: _Part, block: ParsedBlock) -> None:
+    def _captured(self, part: Part, block: ParsedBlock) -> None:
         """Offer the block as kv mode does, with the representative keys computed once for the tier and the pool."""
         keys = self._rep_keys[part.block_key] = representative_keys(block, self.rope)
         self.keeper.offer(part.block_key, block, on_use=True, rep_keys=keys)
 
     # -- selection ------------------------------------------------------------------------------------------
 
-    def _select_and_decode(self, part: _Part, pos: int) -> int:
+    def _select_and_decode(self, part: Part, pos: int) -> int:
         """The probe (the question decoded at `pos` with the anchors visible), each layer's selection, then the
         question's last token (or, with `reread_question`, all of it) decoded again under it; the position after it."""
         pool = self._blocks

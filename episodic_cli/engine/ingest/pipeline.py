@@ -15,17 +15,16 @@ from pathlib import Path
 from typing import Protocol
 
 from ...store import DocumentRecord, Store, StoreError
-from .checkpoint import remove_stale_snapshots
-from .document_pass import DEFAULT_COMMIT_EVERY, DocumentPass
+from ..documents.sources import Skipped, SourceDocument, file_sha256, load_document
 from ..embed.embedder import Embedder
 from ..errors import EpiError
-from ..kv.keys import rope_params
 from ..kv.keeper import BlockKeeper
-from ..answer.kv_mode import sink_tokens
+from ..kv.keys import rope_params
 from ..llama.backend import INGEST_BATCH, LlamaModel, LlamaSession
+from ..prompt import sink_tokens
+from .checkpoint import remove_stale_snapshots
+from .document_pass import DEFAULT_COMMIT_EVERY, DocumentPass
 from .segment import SegmentParams
-from ..documents.sources import Skipped, SourceDocument, file_sha256, load_document
-from .token_offsets import byte_to_char_offsets, token_char_offsets  # noqa: F401 - their home before document_pass
 from .token_stream import DocumentTokens
 
 

@@ -1,0 +1,21 @@
+"""Every number that sizes an answer context: its length, the room kept for the question and the answer, how much
+of the archive an answer reads, and a layered answer's pool. How each value was chosen: docs/evaluation.md and
+docs/layered.md.
+"""
+ANSWER_CONTEXT = 8192  # the answer context, or the model's training window if that is shorter
+ANSWER_TOKENS = 256  # the longest answer
+QUESTION_ROOM = 768  # positions kept after the sources for the question part (and chat history)
+EVIDENCE_BUDGET = 3072  # tokens of retrieved events an answer reads at most
+# Hits per question (`-k`), before neighbours: k=5 answered as well as k=3 on every held-out set and better on one
+# (docs/evaluation.md, "k=5 instead of 3").
+DEFAULT_K = 5
+
+LAYER_BUDGET = EVIDENCE_BUDGET  # tokens of a layered pool each layer sees: what kv mode reads at most
+LAYERED_POOL_K = 12  # hits in a layered pool per answer context's room of it (before neighbours)
+MAX_POOL = 192  # events in a layered pool (a sequence each; llama.cpp allows 256)
+# Retrieval's own events, which every layer sees first (the anchors), fill at most two thirds of a layer's budget,
+# so that at least a third is each layer's own choice (docs/layered.md).
+LAYERED_ANCHOR_TOKENS = 2 * LAYER_BUDGET // 3
+# `--pool`: above a layer's budget and the share it chooses (a smaller pool is seen whole by every layer), at most
+# what a 2-core laptop loads in a few seconds (~23 KB a token with the bundled model: ~1.1 GB)
+POOL_TOKENS_RANGE = (LAYER_BUDGET + LAYER_BUDGET // 3, 48_000)

@@ -1,0 +1,102 @@
+"""Every text the model reads: the system rules, the sources turn, kv mode's prompt around its blocks, the sink.
+
+Ingest and answering both use it: the ingest pass computes each KV block behind the same sink tokens an answer loads
+it behind, so the sink belongs to neither of them.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import EpiError
+from .llama.backend import LlamaModel
+from .retrieval.citations import citation
+from .retrieval.retrieve import RetrievedEvent
+
+SYSTEM_PROMPT = (
+    "You answer questions about the user's documents. Use only the numbered sources. "
+    "Copy names, numbers and identifiers exactly as they are written in the sources. "
+    "Answer briefly. If the sources do not contain the answer, say that the documents do not say."
+)
+# The longest question epi takes, in characters. Retrieval embeds at most 256 word pieces of it (MiniLM's limit,
+# about 1,000 characters of English) and the model prefills all of it before the first answer token: at ~4
+# characters a token, 2,000 characters are ~500 tokens, about a second on 2 CPU cores; 20,000 took ~23 s. A longer
+# question is refused, not cut: a pasted page usually ends with the actual question, which a cut would drop.
+MAX_QUESTION_CHARS = 2000
+# Splits kv mode's rendered template at block places; no document or question text keeps control characters.
+BLOCK_MARK = "\x1f"
+
+
+def numbered_sources(sources: list[tuple[str, str]]) -> str:
+    """Text mode's evidence: "[i] heading" then the text, for each (heading, text). The evaluation's baselines
+    lay out the sources they pick the same way."""
+    return "\n\n".join(f"[{i}] {heading}\n{text.strip()}" for i, (heading, text) in enumerate(sources, 1))
+
+
+def sources_turn(question: str, sources: list[tuple[str, str]]) -> str:
+    """The user turn of a text-mode prompt: the numbered sources, then the question last."""
+    return f"Sources:\n\n{numbered_sources(sources)}\n\nQuestion: {question}"
+
+
+def check_question_length(question: str) -> None:
+    """Refuses, before anything loads, a question that is empty or too long to be a question."""
+    if not question.strip():
+        raise EpiError("the question is empty")
+    if len(question) > MAX_QUESTION_CHARS:
+        raise EpiError(f"the question is {len(question):,} characters long; epi takes at most {MAX_QUESTION_CHARS:,} "
+                       "(retrieval reads about the first 1,000): ask it in fewer words")
+
+
+def clean_question(question: str) -> str:
+    """No control characters in prompts (kv mode marks block places with one)."""
+    return "".join(ch for ch in question if ch >= " " or ch in "\n\t")
+
+
+def build_messages(question: str, retrieved: list[RetrievedEvent], history: list[dict[str, str]] | None = None
+                   ) -> list[dict[str, str]]:
+    """Text mode's prompt: system rules, earlier turns (chat), then one user turn holding the numbered sources and,
+    last, the question."""
+    question = clean_question(question)
+    # The prompt's headings stay document + pages/lines (as kv mode's blocks carry none): structure is for the reader.
+    user = sources_turn(question, [(citation(r, structure=False), r.event.text) for r in retrieved]) if retrieved else (
+        f"(No sources were found in the archive.)\n\nQuestion: {question}")
+    return [{"role": "system", "content": SYSTEM_PROMPT}, *(history or []), {"role": "user", "content": user}]
+
+
+def focused_messages(question: str, quotes: list[str], history: list[dict[str, str]] | None = None
+                     ) -> list[dict[str, str]]:
+    """Text mode's prompt when the evidence is narrowed to a few sentences (engine/retrieval/evidence.py): the sentences
+    numbered without headings (a small model copies a heading's path instead of the fact), then the question."""
+    question = clean_question(question)
+    listed = "\n\n".join(f"[{i}] {q.strip()}" for i, q in enumerate(quotes, 1))
+    user = f"Sources:\n\n{listed}\n\nQuestion: {question}"
+    return [{"role": "system", "content": SYSTEM_PROMPT}, *(history or []), {"role": "user", "content": user}]
+
+
+def kv_messages(question: str, n_blocks: int, history: list[dict[str, str]] | None = None,
+                quotes: list[str] | None = None) -> list[dict[str, str]]:
+    """kv mode's prompt: the sources are the blocks themselves (no per-source headers: every decoded token between
+    blocks costs time, and epi shows the citations beside the answer); earlier turns follow the blocks. With
+    `quotes` (narrowed evidence: a few sentences) they are the sources instead, numbered as text mode numbers them,
+    and decoded behind the sink: measured on the held-out sets, the small model answers far better from the right
+    sentences alone than from whole blocks, and better from them as text than from their cells cut out of the
+    blocks (docs/evaluation.md, 2026-11-23)."""
+    question = clean_question(question)
+    earlier = "".join(
+        f"{'User' if m['role'] == 'user' else 'You'}: {clean_question(m['content']).strip()}\n" for m in history or []
+    )
+    earlier = f"Earlier in this conversation:\n{earlier}\n" if earlier else ""
+    listed = "\n\n".join(f"[{i}] {q.strip()}" for i, q in enumerate(quotes or [], 1))
+    if quotes:  # narrowed evidence (engine/retrieval/evidence.py), decoded as text right after the sink
+        user = f"Sources:\n\n{BLOCK_MARK}{listed}\n\n{earlier}Question: {question}"
+    elif n_blocks:
+        user = f"Sources:\n\n{BLOCK_MARK * (n_blocks + 1)}\n\n{earlier}Question: {question}"
+    else:
+        user = f"(No sources were found in the archive.)\n\n{earlier}Question: {question}"
+    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+
+
+def sink_tokens(model: LlamaModel) -> np.ndarray:
+    """The answer prompt's fixed prefix (system rules, the user turn up to "Sources:"): kv mode's sink block, and
+    the sink the ingest pass computes every block behind, so that an answer loads each block behind the very tokens
+    it was computed behind (EM-LLM's initial tokens, shared by ingest and answers)."""
+    return model.tokenize(model.apply_chat_template(kv_messages("", 1)).split(BLOCK_MARK)[0], special=True)

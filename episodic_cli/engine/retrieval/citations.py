@@ -1,0 +1,21 @@
+"""How a retrieved event is cited: document, place in its structure, pages or lines."""
+from __future__ import annotations
+
+from ..documents.structure import describe as describe_section
+from .retrieve import RetrievedEvent
+
+
+def citation(r: RetrievedEvent, structure: bool = True) -> str:
+    """`book.pdf, ch. 3 "The Betrayal", pp. 41-42`, `src/util.py, class Cache, def get, lines 80-112`; the place in
+    the document's structure only where the event records one (and `structure`)."""
+    ev = r.event
+    head = r.document.display_path
+    place = describe_section(r.section) if structure else None
+    if place:
+        head = f"{head}, {place}"
+    if ev.page_start is not None:
+        pages = f"p. {ev.page_start}" if ev.page_start == ev.page_end else f"pp. {ev.page_start}-{ev.page_end}"
+        return f"{head}, {pages}"
+    if ev.line_start is not None:
+        return f"{head}, lines {ev.line_start}-{ev.line_end}"
+    return head
