@@ -24,7 +24,7 @@ import numpy as np
 from episodic_cli.engine.kv import keeper as kv_capture_module
 from episodic_cli.engine.ingest import pipeline as ingest_module
 from episodic_cli.engine.ingest import segment as segment_module
-from episodic_cli.engine.ingest.pipeline import token_char_offsets
+from episodic_cli.engine.ingest.token_offsets import token_char_offsets
 from episodic_cli.engine.ingest.segment import SegmentParams
 from episodic_cli.engine.documents.sources import discover
 from episodic_cli.engine.workspace import Workspace

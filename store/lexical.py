@@ -18,12 +18,16 @@ from __future__ import annotations
 import json
 import re
 
-STOP_WORDS = frozenset(
-    """a about all also an and any are as at be been but by can could did do does for from had has have how i if
-    in into is it its just me my no not of on or our over should so some than that the their them then there these
-    they this those to was we were what when where which who whom why will with would you your
-    s t d ll m re ve""".split()
-)
+# Function words that carry no topic, dropped from searches and from evidence scoring. Kept to function words:
+# "option", "file" or "version" often *are* the topic.
+STOP_WORDS = frozenset("""
+a about above after again against all also am an and any are as at be because been before being below
+between both but by can could d did do does doing don done during each few for from further had has have
+having here how i if in into is it it's its itself just ll m may me might more most must my no nor not now
+of on only or other our out over own re s same shall should so some such t than that the their them then
+there these they this those to too under until up upon us ve very was we were what when where which while
+who whom whose why will with within would you your yours
+""".split())
 MAX_QUERY_TERMS = 32
 # BM25 weight of the place column against the text column's 1.0 (bench/heldout.py --retrieval; docs/evaluation.md).
 PLACE_WEIGHT = 1.0

@@ -1,10 +1,10 @@
 """What a tier's blocks are valid for, and the key of each block.
 
 A tier holds the KV blocks of one answer model: llama.cpp only loads a block into the very model file, build and
-cache configuration that computed it, so a tier is keyed by all of them (anchors.md B.3/B.5). A block is keyed by
-what it holds, not by the model: the document's content hash and the event's character span. The archive's events
-are model-independent, so every tier names the same event's block the same way, and a block computed again (a
-resumed ingest, a cold event prepared on use) lands on the same key.
+cache configuration that computed it, so a tier is keyed by all of them (docs/store-format.md, "KV blocks"). A block
+is keyed by what it holds, not by the model: the document's content hash and the event's character span. The
+archive's events are model-independent, so every tier names the same event's block the same way, and a block
+computed again (a resumed ingest, a cold event prepared on use) lands on the same key.
 """
 
 from __future__ import annotations

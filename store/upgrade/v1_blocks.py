@@ -65,11 +65,6 @@ class KVBlock:
     payload: np.ndarray  # uint8
 
 
-def _encode_header(header: KVFileHeader) -> bytes:
-    body = json.dumps(dataclasses.asdict(header), sort_keys=True).encode()
-    return _FILE_PREFIX.pack(FILE_MAGIC, KV_BLOCK_FORMAT_VERSION, len(body)) + body + _CRC.pack(zlib.crc32(body))
-
-
 def _pread_exact(fd: int, n: int, offset: int) -> bytes:
     data = os.pread(fd, n, offset)
     while len(data) < n:  # pread may return short reads; an empty one means EOF

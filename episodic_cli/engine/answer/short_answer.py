@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..retrieval.evidence import STOPWORDS
+from ...store.lexical import STOP_WORDS
 from ..llama.backend import INGEST_BATCH, LlamaSession
 
 MAX_SPANS = 16        # spans scored per answer: the batch (and the sequences) it needs
@@ -77,7 +77,7 @@ def answer_spans(quotes: list[str], question: str) -> list[str]:
             found.append(word)
     for m in _NAME_RE.finditer(text):
         words = m.group(0).split()
-        while words and words[0].lower() in STOPWORDS:  # "The CTRL", "For Japanese": a sentence's first word
+        while words and words[0].lower() in STOP_WORDS:  # "The CTRL", "For Japanese": a sentence's first word
             words = words[1:]
         if len(words) >= 2 or (words and _answer_shaped(words[0])):
             found.append(" ".join(words))

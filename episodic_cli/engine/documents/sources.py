@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pathspec
 
+from . import structure
 from .text import Text, TextSpool, close_text, count_newlines
 from ..errors import EpiError
 from ..heap import release_free_memory
@@ -93,8 +94,6 @@ class SourceDocument:
     def section(self, char_start: int, char_end: int) -> str | None:
         """Where [char_start, char_end) sits in the document's structure, as stored in events.section (JSON; None
         when the document shows no structure there). See engine/documents/structure.py."""
-        from . import structure
-
         if self._sections is None:
             try:
                 self._sections = structure.SectionIndex(structure.extract(self))

@@ -32,13 +32,12 @@ import numpy as np
 from .text import Text, iter_lines
 
 CODE_KINDS = frozenset("class def function func fn method struct enum trait impl interface module object sub".split())
-PROSE_KINDS = ("part", "chapter", "appendix", "section")
 TITLE_MAX = 80          # longer "headings" are sentences
 DISPLAY_TITLE_MAX = 48  # citations cut longer titles
 
 _NUMBER_WORDS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
                  "sixteen seventeen eighteen nineteen twenty").split()
-_ORDINAL_WORDS = ("zeroth first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth "
+ORDINAL_WORDS = ("zeroth first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth "
                   "thirteenth fourteenth fifteenth sixteenth seventeenth eighteenth nineteenth twentieth").split()
 _ROMAN_RE = re.compile(r"(?=[ivxlcdm])m{0,3}(cm|cd|d?c{0,3})(xc|xl|l?x{0,3})(ix|iv|v?i{0,3})", re.I)
 _ROMAN_VALUES = {"i": 1, "v": 5, "x": 10, "l": 50, "c": 100, "d": 500, "m": 1000}
@@ -75,8 +74,8 @@ def number_value(text: str | None) -> str | None:
         return ".".join(str(int(p)) for p in t.split("."))
     if t in _NUMBER_WORDS:
         return str(_NUMBER_WORDS.index(t))
-    if t in _ORDINAL_WORDS:
-        return str(_ORDINAL_WORDS.index(t))
+    if t in ORDINAL_WORDS:
+        return str(ORDINAL_WORDS.index(t))
     m = re.fullmatch(r"(\d+)(?:st|nd|rd|th)", t)
     if m:
         return str(int(m.group(1)))

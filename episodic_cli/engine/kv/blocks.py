@@ -1,6 +1,6 @@
 """KV mode's correctness core: cut a sequence's KV cache into event blocks, store them compactly, put them back.
 
-Three layers, all on llama.cpp's public API (anchors.md B.1-B.5):
+Three layers, all on llama.cpp's public API (llama.h: the sequence state and memory functions):
 
 * `capture_block` copies cells [p0, p1) of a sequence to the staging sequence (metadata-only `seq_cp` in the unified
   cache), reads that sequence's state blob and drops the staging copy.

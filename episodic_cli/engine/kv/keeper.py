@@ -21,7 +21,8 @@ DEFAULT_KIND = "q8_0"
 
 
 def tier_config(model: LlamaModel, model_sha256: str, kind: str) -> TierConfig:
-    """What a block is only valid for: the contexts of capture and answer must match exactly (anchors.md B.3).
+    """What a block is only valid for: the contexts of capture and answer must match exactly (docs/how-it-works.md,
+    "The llama.cpp context").
     The llama-cpp-python release binds, not epi's local label (0.3.36+epiN): the patches add per-layer masks and a
     flash-attention kernel for one-token decodes, which leave every captured cell's K and V (prompt batches, flash
     attention off) as the unpatched build computes them."""

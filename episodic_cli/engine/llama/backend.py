@@ -23,7 +23,8 @@ from .gguf import GGUFHeaderError, describe_damage, read_gguf_header
 
 INGEST_BATCH = 512
 
-# Architectures whose KV cache cannot be cut into position-independent event blocks (anchors.md B.3).
+# Architectures whose KV cache cannot be cut into position-independent event blocks (docs/how-it-works.md,
+# "The llama.cpp context").
 _REFUSED_ROPE = {
     L.LLAMA_ROPE_TYPE_MROPE: "M-RoPE",
     L.LLAMA_ROPE_TYPE_IMROPE: "M-RoPE",

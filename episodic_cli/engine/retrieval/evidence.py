@@ -3,9 +3,8 @@ an answer.
 
 A retrieved event is 160-450 tokens; the sentence that holds the answer is one of ~10-30 in the 1.5-3k retrieved
 tokens. The bundled 135M model copies an answer well when it is given that sentence and little else, and badly when
-the sentence is buried among the rest (research notes 2026-11-23, E: gold sentence alone 10/18 right, all retrieved
-text 2/18). So epi narrows the evidence before answering (`focus`), and after answering finds the sentences that
-support the answer's own words (`support`).
+the sentence is buried among the rest (docs/evaluation.md). So epi narrows the evidence before answering (`focus`),
+and after answering finds the sentences that support the answer's own words (`support`).
 
 Scoring is lexical and local to the retrieved text: a question word weighs by how rare it is among the retrieved
 sentences (inverse sentence frequency), identifiers also count in their split forms (`user_config_path` -> user,
@@ -22,16 +21,9 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
+from ...store.lexical import STOP_WORDS
 from .retrieve import RetrievedEvent
 
-# Question words that carry no topic. Kept short: words such as "option", "file" or "version" often *are* the topic.
-STOPWORDS = frozenset("""
-a an and are as at be been being but by can could did do does doing done for from had has have having how i if in
-into is it its it's itself may might must of on or our shall should so such than that the their them then there
-these they this those to too under until up upon us was we were what when where which while who whom whose why will
-with within would you your yours about above after again against all also am any because before below between both
-during each few further here just more most no nor not now only other out over own same some very s t don
-""".split())
 
 _WORD_RE = re.compile(r"[A-Za-z0-9_]+(?:[.\-/][A-Za-z0-9_]+)*")
 _CAMEL_RE = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
@@ -73,7 +65,7 @@ def stem(word: str) -> str:
 
 
 def content_words(text: str) -> set[str]:
-    return {stem(w) for w in words(text) if w not in STOPWORDS and (len(w) > 1 or w.isdigit())}
+    return {stem(w) for w in words(text) if w not in STOP_WORDS and (len(w) > 1 or w.isdigit())}
 
 
 def _trimmed(text: str, a: int, b: int) -> tuple[int, int]:
@@ -154,7 +146,7 @@ def _idf(units: list[set[str]]) -> dict[str, float]:
 
 
 def _bigrams(text: str) -> set[tuple[str, str]]:
-    ws = [w for w in words(text) if w not in STOPWORDS]
+    ws = [w for w in words(text) if w not in STOP_WORDS]
     return set(zip(ws, ws[1:]))
 
 
@@ -189,7 +181,7 @@ def focus(question: str, retrieved: list[RetrievedEvent], n: int = 2) -> list[Sc
     return sorted(best, key=lambda s: (s.index, s.span.start))
 
 
-FOCUS_SENTENCES = 2  # measured on the held-out sets (docs/evaluation.md, 2026-11-23)
+FOCUS_SENTENCES = 2  # chosen on the held-out sets (docs/evaluation.md)
 
 
 def narrow(question: str, retrieved: list[RetrievedEvent], n: int = FOCUS_SENTENCES
@@ -278,7 +270,7 @@ def highlights(text: str, marks: set[str]) -> list[tuple[int, int]]:
     """Offsets of the words of `text` whose own form or one of whose parts is in `marks`."""
     out = []
     for m in _WORD_RE.finditer(text):
-        if {stem(w) for w in words(m.group(0))} & marks - STOPWORDS:
+        if {stem(w) for w in words(m.group(0))} & marks - STOP_WORDS:
             out.append((m.start(), m.end()))
     return out
 
@@ -313,4 +305,3 @@ def locate(r: RetrievedEvent, start: int, end: int) -> tuple[int | None, int | N
         hi = min(p1, p0 + text.count("\n\n", first, end))
         return lo, max(lo, hi), None, None
     return None, None, None, None
-

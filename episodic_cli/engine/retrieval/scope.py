@@ -25,9 +25,9 @@ from ...store import Store
 from ...store.lexical import STOP_WORDS
 from ..errors import EpiError
 from ..documents.sources import CODE_EXTS, PDF_EXT, TEXT_EXTS
-from ..documents.structure import CODE_KINDS, NUMBER_ALT, _ORDINAL_WORDS, all_paths, decode, number_value
+from ..documents.structure import CODE_KINDS, NUMBER_ALT, ORDINAL_WORDS, all_paths, decode, number_value
 
-_ORDINALS = "|".join(_ORDINAL_WORDS[1:]) + r"|\d{1,3}(?:st|nd|rd|th)"
+_ORDINALS = "|".join(ORDINAL_WORDS[1:]) + r"|\d{1,3}(?:st|nd|rd|th)"
 _CHAPTER_RE = re.compile(rf"\b(?:chapters?|chap\.|ch\.)\s*(?P<num>{NUMBER_ALT})\b"
                          rf"|\b(?:the\s+)?(?P<ord>{_ORDINALS})\s+chapter\b", re.I)
 _PART_RE = re.compile(rf"\b(?:part|book)\s+(?P<num>{NUMBER_ALT})\b", re.I)
