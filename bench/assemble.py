@@ -19,7 +19,7 @@ Checksum: the pool's payloads through zlib.crc32 and native.crc32 (the same valu
 
 Ratios are taken within the run. Results: docs/assemble.json.
 
-    python bench/assemble.py [--cells 5500] [--block 400] [--repeat 15] [--out docs/assemble.json]
+    python bench/assemble.py [--cells 5500] [--block 400] [--repeat 15] [--out bench/results/assemble.json]
 """
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cells", type=int, default=5500)
     ap.add_argument("--block", type=int, default=400)
     ap.add_argument("--repeat", type=int, default=15)
-    ap.add_argument("--out", type=Path, default=Path("docs/assemble.json"))
+    ap.add_argument("--out", type=Path, default=Path("bench/results/assemble.json"))
     args = ap.parse_args(argv)
     if not native.simd_usable():
         print("this CPU has no AVX2/F16C/FMA: only the scalar paths run here; nothing to compare")

@@ -15,7 +15,7 @@ loaded is the floor the document adds to. The texts
 are real and nobody on the team wrote them: the Python sources of this virtual environment's installed packages,
 concatenated in sorted order, cut to each size at a line end, saved as .txt (plain-text headings are looked for).
 
-    python bench/document_memory.py --sizes 4,40 --before ddcef92 --out docs/document_memory.json
+    python bench/document_memory.py --sizes 4,40 --before ddcef92 --out bench/results/document_memory.json
 """
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import generators as gen  # noqa: E402
 
 from episodic_cli.engine.llama import layer_visibility  # noqa: E402
-from episodic_cli.engine.answer.text_mode import SYSTEM_PROMPT, build_messages, sources_turn  # noqa: E402
+from episodic_cli.engine.prompt import SYSTEM_PROMPT, build_messages, sources_turn  # noqa: E402
 from episodic_cli.engine.paths import cache_dir  # noqa: E402
 from episodic_cli.engine.retrieval.retrieve import RetrievedEvent  # noqa: E402
 from episodic_cli.engine.ingest.segment import SegmentParams  # noqa: E402
@@ -862,7 +862,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--conditions", nargs="+", metavar="NAME", choices=list(CONDITIONS),
                     help="answer only these conditions (the retrieval sweep always runs); names: "
                     + ", ".join(CONDITIONS))
-    ap.add_argument("--out", default="docs", help="folder for evaluation.md/.json and needle_heatmap.png")
+    ap.add_argument("--out", default="bench/results", help="folder for evaluation.md/.json and needle_heatmap.png")
     ap.add_argument("--cache", default=None, help="cache of ingested eval stores (default: epi cache dir / eval)")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--seeds", type=int, default=1, help="generate every set with this many seeds (n x this)")

@@ -9,7 +9,7 @@ rotating from question to question so that a change in the machine's load falls 
 Printed: the first-token medians, each condition's ratio to `k3-free` (issue 14: at most 1.25x), and the median of
 the per-question ratios.
 
-    python bench/first_token_ab.py [--only SET ...] [--out docs/first_token_ab.json]
+    python bench/first_token_ab.py [--only SET ...] [--out bench/results/first_token_ab.json]
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="*", default=["book", "code", "pdf-manual", "pdf-spec"])
     ap.add_argument("--stores", type=Path, default=cache_dir() / "heldout", help="bench/heldout.py's stores")
     ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--out", type=Path, default=Path("docs/first_token_ab.json"))
+    ap.add_argument("--out", type=Path, default=Path("bench/results/first_token_ab.json"))
     args = ap.parse_args(argv)
     names = list(CONDITIONS)
     rows = []

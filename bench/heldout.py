@@ -35,7 +35,8 @@ from eval import ask_once, covers, load_average, score_answer, squash  # noqa: E
 from episodic_cli.engine.paths import cache_dir  # noqa: E402
 from episodic_cli.engine.ingest.segment import SegmentParams  # noqa: E402
 from episodic_cli.engine.documents.sources import discover  # noqa: E402
-from episodic_cli.engine.workspace import DEFAULT_K, Workspace  # noqa: E402
+from episodic_cli.engine.budgets import DEFAULT_K  # noqa: E402
+from episodic_cli.engine.workspace import Workspace  # noqa: E402
 
 ANSWER_MAX_TOKENS = 64   # room for a sentence around the short gold answer
 K = DEFAULT_K  # hits per question, as `epi ask` retrieves by default (`--k` changes it for a run)
@@ -254,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sets", type=Path, default=Path(__file__).resolve().parent / "heldout")
     ap.add_argument("--stores", type=Path, default=cache_dir() / "heldout", help="one store per set, reused")
-    ap.add_argument("--out", type=Path, default=Path("docs"))
+    ap.add_argument("--out", type=Path, default=Path("bench/results"), help="folder for heldout.json")
+    ap.add_argument("--markdown", type=Path, default=Path("docs/heldout.md"), help="the tables, as prose")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--only", nargs="*", help="set names to run (default: all)")
     ap.add_argument("--retrieval", action="store_true", help="source recall only (no answers): writes retrieval.json")
@@ -282,8 +284,8 @@ def main(argv: list[str] | None = None) -> int:
               "sets": results}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "heldout.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
-    write_markdown(result, args.out / "heldout.md")
-    log(f"wrote {args.out / 'heldout.md'}")
+    write_markdown(result, args.markdown)
+    log(f"wrote {args.markdown}")
     return 0
 
 

@@ -12,7 +12,7 @@ random-weight GGUF that tests/tiny_gguf.py writes (2 layers, SentencePiece-style
 embedding, store and segmentation work per token as the bundled model's; its own weights, KV blocks and context
 are small, so its peak RSS is lower and its growth, if any, shows more plainly.
 
-    python bench/ingest_memory.py --out docs/ingest_memory.json
+    python bench/ingest_memory.py --out bench/results/ingest_memory.json
     python bench/ingest_memory.py --tiny 125000,500000,2000000 --bundled 15000,60000 --out /tmp/x.json
 
 Before each model's runs, one small untimed ingest prepares what a first use prepares (the bundled model's F16
@@ -102,7 +102,7 @@ def main() -> None:
     ap.add_argument("--bundled", default="16k,64k,256k", help="document sizes in characters for the bundled model")
     ap.add_argument("--every", type=float, default=2.0)
     ap.add_argument("--root", type=Path, default=Path("/tmp/epi-ingest-memory"))
-    ap.add_argument("--out", type=Path, default=Path("docs/ingest_memory.json"))
+    ap.add_argument("--out", type=Path, default=Path("bench/results/ingest_memory.json"))
     args = ap.parse_args()
     from tiny_gguf import write_tiny_model
 

@@ -48,7 +48,8 @@ from episodic_cli.engine.kv.keys import k_shift  # noqa: E402
 from episodic_cli.engine.paths import cache_dir  # noqa: E402
 from episodic_cli.engine.documents.sources import file_sha256  # noqa: E402
 from episodic_cli.store import Store, StoreError  # noqa: E402
-from episodic_cli.engine.workspace import DEFAULT_K, LAYER_BUDGET, LAYERED_POOL_K, Workspace  # noqa: E402
+from episodic_cli.engine.budgets import DEFAULT_K, LAYER_BUDGET, LAYERED_POOL_K  # noqa: E402
+from episodic_cli.engine.workspace import Workspace  # noqa: E402
 
 ANSWER_MAX_TOKENS = 48
 # In this order for each question: layered loads its pool cold (after kv mode's own context), layered-reread and
@@ -228,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stores", type=Path, default=cache_dir() / "heldout")
     ap.add_argument("--limit", type=int, default=None, help="questions per set")
     ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--out", type=Path, default=Path("docs/layered.md"))
+    ap.add_argument("--out", type=Path, default=Path("docs/layered.md"), help="the tables, as prose")
+    ap.add_argument("--json-out", type=Path, default=Path("bench/results/layered.json"), help="the rows")
     ap.add_argument("--conditions", nargs="*", choices=CONDITIONS, default=list(CONDITIONS),
                     help="ask only these (in the fixed order above; default: all)")
     args = ap.parse_args(argv)
@@ -264,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
             *summary(rows)]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(text) + "\n", encoding="utf-8")
-    args.out.with_suffix(".json").write_text(json.dumps(rows, indent=1), encoding="utf-8")
+    args.json_out.parent.mkdir(parents=True, exist_ok=True)
+    args.json_out.write_text(json.dumps(rows, indent=1), encoding="utf-8")
     print("\n".join(text))
     return 0
 

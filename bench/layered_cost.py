@@ -42,8 +42,9 @@ from long_run import concatenated_sources  # noqa: E402
 from episodic_cli.engine.llama import layer_visibility  # noqa: E402
 from episodic_cli.engine.kv.keys import rope_params  # noqa: E402
 from episodic_cli.engine.kv.blocks import STAGING_SEQ  # noqa: E402
-from episodic_cli.engine.answer.kv_mode import sink_tokens  # noqa: E402
-from episodic_cli.engine.answer.layered import FIRST_BLOCK_SEQ, MAX_POOL, lane_places  # noqa: E402
+from episodic_cli.engine.prompt import sink_tokens  # noqa: E402
+from episodic_cli.engine.answer.layered import FIRST_BLOCK_SEQ, lane_places  # noqa: E402
+from episodic_cli.engine.budgets import MAX_POOL  # noqa: E402
 from episodic_cli.engine.llama.backend import INGEST_BATCH, LlamaSession, generation_threads  # noqa: E402
 from episodic_cli.engine.llama.query_capture import QueryCapture  # noqa: E402
 from episodic_cli.engine.workspace import Workspace  # noqa: E402
@@ -107,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--wide", type=int, default=3, help="layered-wide's pool, in answer contexts' room")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--tokens", type=int, default=32, help="tokens decoded per round and condition")
-    ap.add_argument("--out", type=Path, default=Path("docs/layered_cost.json"))
+    ap.add_argument("--out", type=Path, default=Path("bench/results/layered_cost.json"))
     args = ap.parse_args(argv)
     if not layer_visibility.available():
         print("needs epi's patched llama.cpp (./install.sh)", file=sys.stderr)

@@ -8,7 +8,7 @@ far (the last committed event's end, read from the store) and the ingest process
 again, which resumes from its last checkpoint. The log (JSON lines) and a summary go to `--out`: throughput over the
 first and last 10% of the tokens, RSS over the run, the resume point.
 
-    python bench/long_run.py --tokens 1000000 --kill-at 0.4 --out docs/long_run.json
+    python bench/long_run.py --tokens 1000000 --kill-at 0.4 --out bench/results/long_run.json
 """
 from __future__ import annotations
 
@@ -132,7 +132,7 @@ def main() -> None:
     ap.add_argument("--kill-at", type=float, default=0.4)
     ap.add_argument("--every", type=float, default=10.0)
     ap.add_argument("--root", type=Path, default=Path("/tmp/epi-long"))
-    ap.add_argument("--out", type=Path, default=Path("docs/long_run.json"))
+    ap.add_argument("--out", type=Path, default=Path("bench/results/long_run.json"))
     args = ap.parse_args()
     args.root.mkdir(parents=True, exist_ok=True)
     doc, store = args.root / "stdlib-concatenated.py.txt", args.root / "store"

@@ -8,7 +8,7 @@ gold excerpt lies inside the events that
 and the pool's size in tokens and events. A gold excerpt only a larger pool holds is what per-layer selection could
 add; whether a layer's query then picks it is what bench/layered.py measures.
 
-    python bench/pool_recall.py [--sizes 2 3 6] [--only SET ...] [--out docs/pool_recall.json]
+    python bench/pool_recall.py [--sizes 2 3 6] [--only SET ...] [--out bench/results/pool_recall.json]
 """
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ from eval import covers  # noqa: E402
 from heldout import load_sets, resolve, stale_questions  # noqa: E402
 
 from episodic_cli.engine.paths import cache_dir  # noqa: E402
-from episodic_cli.engine.workspace import DEFAULT_K, Workspace  # noqa: E402
+from episodic_cli.engine.budgets import DEFAULT_K  # noqa: E402
+from episodic_cli.engine.workspace import Workspace  # noqa: E402
 from episodic_cli.store import Store, StoreError  # noqa: E402
 
 
@@ -33,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stores", type=Path, default=cache_dir() / "heldout")
     ap.add_argument("--only", nargs="*", help="set names (default: all whose store is cached)")
     ap.add_argument("--sizes", nargs="*", type=int, default=[2, 3, 6], help="pool sizes, in answer contexts' room")
-    ap.add_argument("--out", type=Path, default=Path("docs/pool_recall.json"))
+    ap.add_argument("--out", type=Path, default=Path("bench/results/pool_recall.json"))
     args = ap.parse_args(argv)
     conditions = ["kv", "pool-1x"] + [f"pool-{n}x" for n in args.sizes]
     rows = []

@@ -37,8 +37,9 @@ from long_run import concatenated_sources  # noqa: E402
 
 from episodic_cli.engine.llama import layer_visibility  # noqa: E402
 from episodic_cli.engine.kv.keys import rope_params  # noqa: E402
-from episodic_cli.engine.answer.kv_mode import sink_tokens  # noqa: E402
-from episodic_cli.engine.answer.layered import FIRST_BLOCK_SEQ, MAX_POOL  # noqa: E402
+from episodic_cli.engine.prompt import sink_tokens  # noqa: E402
+from episodic_cli.engine.answer.layered import FIRST_BLOCK_SEQ  # noqa: E402
+from episodic_cli.engine.budgets import MAX_POOL  # noqa: E402
 from episodic_cli.engine.llama.backend import LlamaSession, generation_threads, llama_cpp_version  # noqa: E402
 from episodic_cli.engine.llama.query_capture import QueryCapture  # noqa: E402
 from episodic_cli.engine.workspace import Workspace  # noqa: E402
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cells", type=int, default=3072, help="tokens of text every layer sees before the question")
     ap.add_argument("--lengths", type=int, nargs="+", default=[16, 40, 63, 96], help="question lengths in tokens")
     ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--out", type=Path, default=Path("docs/question_pass.json"))
+    ap.add_argument("--out", type=Path, default=Path("bench/results/question_pass.json"))
     args = ap.parse_args(argv)
     if not layer_visibility.available():
         print("needs epi's patched llama.cpp (./install.sh)", file=sys.stderr)
