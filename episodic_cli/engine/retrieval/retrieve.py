@@ -3,14 +3,12 @@
 - Dense (hnswlib over MiniLM embeddings) finds paraphrases; lexical (SQLite FTS5/BM25) finds exact identifiers and
   renamed entities that dense retrieval misses (measured: dense alone found 2/5 code answers). The two rankings are
   fused by reciprocal rank, which needs no score calibration between them, and each channel's first choice is a hit
-  whatever its fused rank (`with_leaders_first`; held-out source recall, docs/evaluation.md: platformdirs 7 -> 9 of
-  12 with code events, libtasn1 manual 11 -> 12).
+  whatever its fused rank (`with_leaders_first`; its effect on source recall: docs/evaluation.md).
 - Each hit brings its previous and next event of the same document (EpMAN BroadAttn, EM-LLM's contiguity buffer):
   the largest inference-time gain in the seeds, and the remedy for facts split across an event boundary.
 - Events are chosen in document order (EpMAN) within a token budget; hits win over neighbours when it is tight.
 - The answer prompt lays them out best hit last (`relevance_order`): the small model copies from the source nearest
-  the question, so that should be the best one. Measured on the evaluation's passkey/NITH sets (36 questions, same
-  events): kv mode 13 -> 27 of 36, text mode 17 -> 28; NQd's gold at position 0: text 1/3 -> 3/3.
+  the question, so that should be the best one (measured on the evaluation's passkey/NITH sets: docs/evaluation.md).
 """
 from __future__ import annotations
 
@@ -81,7 +79,7 @@ def retrieve(
     """Top-k events by fused similarity, each with +-`neighbours` adjacent events, de-duplicated, in document order,
     holding at most `token_budget` tokens (the best hit is always kept).
 
-    `allowed` (a question's chapter, section or page, `--doc`: engine/retrieval/scope.py) restricts hits and neighbours to
+    `allowed` (a question's chapter, section or page, `--doc`: scope.py) restricts hits and neighbours to
     those event ids; `boosted` (the code symbols a question names) puts the best of those events first."""
     pool = max(4 * k, 20)
     rankings = [store.search_dense(query_vector, pool, within=allowed)]
