@@ -14,6 +14,8 @@ from .errors import EpiError
 from .kv.keys import k_shift_left_to_llama_cpp, rope_params
 from .llama.backend import LlamaModel, default_threads, gpu_offload_supported, llama_cpp_version, system_info
 from .llama import layer_visibility
+from .llama.bundled import BUNDLED, BundledModel, assemble, is_installed
+from .llama.bundled import verify as bundled_verify
 from .paths import cache_dir, data_dir, store_path
 from .workspace import Workspace
 
@@ -52,6 +54,26 @@ def block_moves(model: LlamaModel) -> str:
     return f"by llama.cpp's K-shift inside the first decode: {reason}"
 
 
+def bundled_model_row(model: BundledModel, verify: bool, repair: bool) -> tuple[str, str, bool | None]:
+    """Whether a bundled answer model is installed and assembled intact (hashed whole unless --quick)."""
+    label = f"model {model.name}"
+    if not is_installed(model):
+        return (label, f"{model.describe()}: not installed ({model.install})", None)
+    try:
+        path = assemble(model)
+    except EpiError as exc:
+        return (label, str(exc), False)
+    if not verify:
+        return (label, f"{model.describe()}: {path} (size and record match; --quick skipped the hash)", True)
+    damage = bundled_verify(model)
+    if damage is None:
+        return (label, f"{model.describe()}: {path}, SHA-256 matches Qwen's published hash", True)
+    if repair:
+        path.unlink(missing_ok=True)
+        return (label, f"{damage}; removed: it is assembled again from its packages on next use", True)
+    return (label, f"{damage}; run `epi doctor --repair` to assemble it again", False)
+
+
 def _version(dist: str) -> str:
     try:
         return metadata.version(dist)
@@ -84,6 +106,7 @@ def collect(model: str | None, store: str | None, verify_blocks: bool = True, re
         ("data dir", str(data_dir()), None),
         ("cache dir", str(cache_dir()), None),
     ]
+    rows += [bundled_model_row(m, verify=verify_blocks, repair=repair) for m in BUNDLED.values()]
     ws = Workspace(model, store)
     try:
         prepared = ws.prepared
