@@ -149,3 +149,37 @@ def test_an_empty_answer_has_no_quotes_and_is_not_supported():
     result = AskResult("Where did Orla Venn hide the brass key?", "kv", [_retrieved(PROSE, line=1)], Answer())
     assert result.support().evidence == [] and not result.support().supported
     assert result.as_json()["evidence"] == [] and result.as_json()["supported"] is False
+
+
+# -- sentences that hold (issue 27 item 4) ------------------------------------------------------------------------
+
+def test_sentences_keep_versions_abbreviations_initials_and_paths():
+    text = ("Dr. Watson met Mr. Holmes at 5 p.m. on Baker St. in 1881, e.g. for tea. J. R. R. Tolkien wrote it in "
+            "vol. 2 of the set. Set it to 3.5 for speed. See native/llama_cpp/layer-visibility.patch. It applies.")
+    assert [s.text for s in E.split_sentences(text)] == [
+        "Dr. Watson met Mr. Holmes at 5 p.m. on Baker St. in 1881, e.g. for tea.",
+        "J. R. R. Tolkien wrote it in vol. 2 of the set.", "Set it to 3.5 for speed.",
+        "See native/llama_cpp/layer-visibility.patch.", "It applies."]
+
+
+def test_a_long_wrapped_sentence_reaches_the_reader_whole():
+    """README's install sentence (~400 characters over four lines) was cut at a line end before the version, so the
+    sentence holding "5-7 minutes" never reached the model."""
+    text = ("The first install compiles llama.cpp\nwith epi's patches (`native/llama_cpp/`: `layer-visibility.patch`, "
+            "per-layer visibility for `--layered`, and\n`flash-decode.patch`, faster CPU flash-attention kernels for "
+            "decode steps and prompts; the version reads\n`0.3.36+epi3`) in 5-7 minutes on 2 cores and keeps the wheel "
+            "in epi's cache, so later installs reuse it. A\nllama-cpp-python 0.3.36 installed without the patch works.")
+    first = E.split_sentences(text)[0]
+    assert first.text.startswith("The first install") and first.text.endswith("later installs reuse it.")
+    assert "`0.3.36+epi3`) in 5-7 minutes" in first.text
+
+
+def test_pdf_line_end_hyphenation_is_joined_for_reading_with_exact_offsets():
+    text = "It reads an ASN.1 iden-\ntifier from the DER stream. Next, it checks the well-known tag."
+    spans = E.split_sentences(text)
+    assert [s.text for s in spans] == ["It reads an ASN.1 identifier from the DER stream.",
+                                       "Next, it checks the well-known tag."]
+    assert text[spans[0].start:spans[0].end] == "It reads an ASN.1 iden-\ntifier from the DER stream."
+    support = E.support("What does it read?", "an ASN.1 identifier", [_retrieved(text, page=(4, 4))])
+    assert support.evidence[0].quote == "It reads an ASN.1 identifier from the DER stream."
+    assert support.evidence[0].page == 4 and support.supported

@@ -31,7 +31,7 @@ from .llama import layer_visibility
 from .llama.backend import LlamaModel
 from .llama.models import PreparedModel, prepare_model
 from .paths import cache_dir, store_path
-from .retrieval.evidence import Support, support
+from .retrieval.evidence import Support, readable, support
 from .retrieval.evidence import narrow as evidence_narrow
 from .retrieval.retrieve import RetrievedEvent, relevance_order, retrieve
 from .retrieval.scope import Restriction
@@ -317,7 +317,8 @@ class Workspace:
             weights = None if weights is None else [weights[i] for i, _ in focus]
         lead_spans = None
         if focus and short and asks_for_a_fact(question):  # only from the narrowed sentences: a few, all relevant
-            lead_spans = answer_spans([r.event.text[a:b] for r, ss in zip(read, spans) for a, b in ss], question)
+            lead_spans = answer_spans([readable(r.event.text[a:b]) for r, ss in zip(read, spans) for a, b in ss],
+                                      question)
         stream = answerer.stream(question, read, history, started, answer, should_stop=should_stop,
                                  weights=weights, spans=spans, lead_spans=lead_spans or None)
         return result, stream

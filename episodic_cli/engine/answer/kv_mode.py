@@ -39,6 +39,7 @@ from ..kv.keeper import BlockKeeper, read_cells
 from ..kv.keys import k_shift
 from ..llama.backend import INGEST_BATCH, LlamaModel, LlamaSession
 from ..prompt import BLOCK_MARK, kv_messages
+from ..retrieval.evidence import readable
 from ..retrieval.retrieve import RetrievedEvent
 from .records import Answer, stream_into
 from .short_answer import SPAN_SEQUENCES
@@ -152,7 +153,7 @@ class KVModeAnswerer:
               weights: list[float] | None, spans: list[list[tuple[int, int]]] | None = None) -> list[Part]:
         quotes = None
         if spans is not None:
-            quotes, retrieved = [r.event.text[a:b] for r, ss in zip(retrieved, spans) for a, b in ss], []
+            quotes, retrieved = [readable(r.event.text[a:b]) for r, ss in zip(retrieved, spans) for a, b in ss], []
         rendered = self.model.apply_chat_template(kv_messages(question, len(retrieved), history, quotes))
         texts = rendered.split(BLOCK_MARK)
         # With blocks, texts[0] is the question-free prefix `sink_tokens` renders (the ingest sink), tokenized alike.

@@ -13,6 +13,7 @@ import numpy as np
 from ..budgets import ANSWER_TOKENS
 from ..llama.backend import LlamaModel, LlamaSession
 from ..prompt import build_messages, focused_messages
+from ..retrieval.evidence import readable
 from ..retrieval.retrieve import RetrievedEvent
 from .records import Answer, stream_into
 from .short_answer import SPAN_SEQUENCES
@@ -39,7 +40,7 @@ class TextModeAnswerer:
         if spans is None:
             messages = build_messages(question, retrieved, history)
         else:
-            quotes = [r.event.text[a:b] for r, ss in zip(retrieved, spans) for a, b in ss]
+            quotes = [readable(r.event.text[a:b]) for r, ss in zip(retrieved, spans) for a, b in ss]
             messages = focused_messages(question, quotes, history)
         tokens = self.model.tokenize(self.model.apply_chat_template(messages), special=True)
         room = self.session.n_ctx - max_tokens

@@ -27,14 +27,32 @@ from .retrieve import RetrievedEvent
 
 _WORD_RE = re.compile(r"[A-Za-z0-9_]+(?:[.\-/][A-Za-z0-9_]+)*")
 _CAMEL_RE = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
-# A sentence ends after . ! ? (and closing quotes/brackets) followed by whitespace, or at a blank line.
+# A sentence may end after . ! ? (and closing quotes/brackets) followed by whitespace, and always at a blank line.
 _SENTENCE_END_RE = re.compile(r"""[.!?]["')\]]*(?=\s)|\n[ \t]*\n""")
-MAX_SENTENCE_CHARS = 320  # longer units (code, tables, wrapped lists without full stops) are cut at line ends
+# A full stop that does not end a sentence: after these abbreviations, or after one capital letter (an initial).
+ABBREVIATIONS = frozenset("""
+mr mrs ms dr prof st sr jr vs etc e.g i.e cf al fig figs no nos vol vols ch chap sec ed eds pp p approx ca inc ltd
+co corp dept est jan feb mar apr jun jul aug sep sept oct nov dec ref refs eq eqs op viz resp
+""".split())
+_WORD_BEFORE_RE = re.compile(r"([A-Za-z][A-Za-z.]*)\.$")
+# Units without a sentence end (code, tables, lists) are cut at line ends past this length; a sentence that does end
+# with a full stop stays whole up to PROSE_SENTENCE_CHARS (a long wrapped sentence must reach the model whole).
+MAX_SENTENCE_CHARS = 320
+PROSE_SENTENCE_CHARS = 1200
+# A word hyphenated across a line end (PDF text): "iden-\ntifier" reads as "identifier".
+_HYPHEN_BREAK_RE = re.compile(r"(?<=[a-z])-[ \t]*\n[ \t]*(?=[a-z])")
+
+
+def readable(text: str) -> str:
+    """`text` as a reader (or the model) should see it: line-end hyphenation joined. Offsets stay those of the
+    original text; only the words read change."""
+    return _HYPHEN_BREAK_RE.sub("", text)
 
 
 @dataclass(frozen=True)
 class Span:
-    """A sentence-like unit of one event's text: `text == event_text[start:end]`, trimmed of edge whitespace."""
+    """A sentence-like unit of one event's text: `text == readable(event_text[start:end])`, trimmed of edge
+    whitespace; `start`/`end` are offsets into the event's text as stored."""
 
     start: int
     end: int
@@ -96,19 +114,34 @@ def _cut_long(text: str, a: int, b: int) -> list[tuple[int, int]]:
     return pieces
 
 
+def _ends_sentence(text: str, m: re.Match) -> bool:
+    """Whether a match of _SENTENCE_END_RE really ends a sentence: not after an abbreviation or an initial, and not
+    before a word that goes on in lower case ("5-7 min. on 2 cores", "the v. 0.3.36 build")."""
+    if text[m.start()] != ".":
+        return True
+    before = _WORD_BEFORE_RE.search(text, max(0, m.start() - 12), m.start() + 1)
+    word = before.group(1) if before else ""
+    if word.lower() in ABBREVIATIONS or (len(word) == 1 and word.isupper()):
+        return False
+    rest = text[m.end(): m.end() + 40].lstrip()
+    return not (rest[:1].islower())
+
+
 def split_sentences(text: str) -> list[Span]:
     """Sentence-like units of `text` with their offsets, in order, none empty. Prose splits at sentence ends and blank
-    lines; code and other text without full stops splits at line ends once a unit grows past MAX_SENTENCE_CHARS."""
+    lines (version numbers, decimals, paths and abbreviations keep their full stops); code and other text without
+    full stops splits at line ends once a unit grows past MAX_SENTENCE_CHARS."""
     spans: list[Span] = []
     start = 0
-    bounds = [m.end() for m in _SENTENCE_END_RE.finditer(text)] + [len(text)]
-    for end in bounds:
+    bounds = [(m.end(), m.group(0)[0] != "\n") for m in _SENTENCE_END_RE.finditer(text) if _ends_sentence(text, m)]
+    for end, full_stop in bounds + [(len(text), False)]:
         if end <= start:
             continue
-        for a, b in _cut_long(text, start, end):
+        whole = full_stop and end - start <= PROSE_SENTENCE_CHARS
+        for a, b in [(start, end)] if whole else _cut_long(text, start, end):
             a, b = _trimmed(text, a, b)
             if b > a:
-                spans.append(Span(a, b, text[a:b]))
+                spans.append(Span(a, b, readable(text[a:b])))
         start = end
     return spans
 
@@ -201,7 +234,7 @@ SUPPORT_THRESHOLD = 0.5  # share of the answer's own words (weighted) that the q
 
 @dataclass
 class Evidence:
-    """A quote that supports an answer: `quote == retrieved[index].event.text[start:end]`."""
+    """A quote that supports an answer: `quote == readable(retrieved[index].event.text[start:end])`."""
 
     index: int
     start: int
