@@ -91,9 +91,12 @@ def ingest(ws: Workspace, paths: list[Path], log) -> dict:
     return info
 
 
-def ask(ws: Workspace, store, question: dict, mode: str, warnings: list[str], short: bool = True) -> dict:
+def ask(ws: Workspace, store, question: dict, mode: str, warnings: list[str], short: bool = True,
+        whole: bool = False) -> dict:
     result, row = ask_once(ws, store, question["question"], question["gold_text"], warnings,
-                           max_tokens=ANSWER_MAX_TOKENS, mode=mode, short=short, k=K)
+                           max_tokens=ANSWER_MAX_TOKENS, mode=mode, short=short, k=K, narrow=not whole)
+    row["kv_loaded_tokens"], row["kv_prefilled_tokens"] = (result.answer.kv_loaded_tokens,
+                                                           result.answer.kv_prefilled_tokens)
     row = {"qid": question["qid"], **row, "retrieved_tokens": sum(r.n_tokens for r in result.retrieved)}
     row.update(score_answer(row["answer"], question["answer"]))
     row["supported"] = bool(result.support().supported)  # evidence quotes hold the answer's own words
@@ -116,8 +119,8 @@ def retrieval_row(ws: Workspace, store, question: dict) -> dict:
             "hits": [f"{h.document.display_path}:{h.event.line_start or h.event.page_start}" for h in hits]}
 
 
-def run_set(spec: dict, stores: Path, threads: int | None, log, retrieval_only: bool = False, short: bool = True
-            ) -> dict:
+def run_set(spec: dict, stores: Path, threads: int | None, log, retrieval_only: bool = False, short: bool = True,
+            model: str | None = None, whole: bool = False, modes: tuple[str, ...] = MODES) -> dict:
     paths = [resolve(p) for p in spec["documents"]]
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
@@ -126,7 +129,12 @@ def run_set(spec: dict, stores: Path, threads: int | None, log, retrieval_only: 
     log(f"{spec['set']}: {spec['description']}")
     warnings: list[str] = []
     ws = Workspace(store=str(stores / spec["set"]), threads=threads, warn=warnings.append)
-    info = ingest(ws, paths, log)
+    info = ingest(ws, paths, log)  # with the default model, as `epi ingest` does
+    if model is not None:  # another answer model on the same store: its own KV tier, the embedder shared
+        answer_ws = Workspace(model, store=str(stores / spec["set"]), threads=threads, warn=warnings.append)
+        answer_ws.__dict__["embedder"] = ws.embedder
+        ws.close()
+        ws = answer_ws
     rows = []
     store = ws.store_for_reading()
     try:
@@ -142,8 +150,8 @@ def run_set(spec: dict, stores: Path, threads: int | None, log, retrieval_only: 
                 rows.append(row)
                 log(f"  {q['qid']:<14} src={row['source_recall']:.0f} hit={row['gold_in_hit']} {row['hits']}")
                 continue
-            for mode in MODES:
-                row = ask(ws, store, q, mode, warnings, short)
+            for mode in modes:
+                row = ask(ws, store, q, mode, warnings, short, whole)
                 rows.append(row)
                 log(f"  {q['qid']:<14} {mode:<4} {row['contains']:.0f} f1={row['f1']:.2f} "
                     f"src={row['source_recall']:.0f}"
@@ -160,7 +168,42 @@ def pct(xs: list[float]) -> str:
     return f"{100 * sum(xs) / len(xs):.0f}%" if xs else "-"
 
 
+def write_one_mode_markdown(result: dict, path: Path) -> None:
+    """The tables of a run in one mode (`--modes kv`): per set and in total, then every question."""
+    mode = result["modes"][0]
+    lines = [f"# Held-out sets: {result['model']}, {mode} mode{', whole events' if result.get('whole') else ''}", "",
+             f"Produced by `{result['command']}` on {result['machine']}, {result['date']}; wall time "
+             f"{result['wall_min']:.1f} min; load average at start {result['load_start']}, at the end "
+             f"{result['load_end']}. k={result['k']}, +-1 neighbour, greedy, at most {ANSWER_MAX_TOKENS} tokens.", "",
+             "| set | n | src | contains | F1 | first token median (s) | tokens loaded / prefilled |",
+             "|---|---|---|---|---|---|---|"]
+    right = n = 0
+    for s in result["sets"]:
+        if "skipped" in s or not s["questions"]:
+            lines.append(f"| {s['set']} | {s.get('skipped', 'no question could be scored here')} | | | | | |")
+            continue
+        rows = [r for r in s["rows"] if r["mode"] == mode]
+        right, n = right + sum(r["contains"] for r in rows), n + len(rows)
+        lines.append(f"| {s['set']} | {len(rows)} | {int(sum(r['source_recall'] for r in rows))} | "
+                     f"{int(sum(r['contains'] for r in rows))} | {statistics.mean(r['f1'] for r in rows):.2f} | "
+                     f"{statistics.median(r['first_token_s'] for r in rows):.2f} | "
+                     f"{sum(r.get('kv_loaded_tokens') or 0 for r in rows):,} / "
+                     f"{sum(r.get('kv_prefilled_tokens') or 0 for r in rows):,} |")
+    lines += [f"| all | {n} | | **{int(right)}** | | | |", "", "## Every question", "",
+              "| qid | question | gold | src | answer | first token (s) |", "|---|---|---|---|---|---|"]
+    for s in result["sets"]:
+        for r in (r for r in s.get("rows", []) if r["mode"] == mode):
+            q = next(q for q in s["questions"] if q["qid"] == r["qid"])
+            lines.append(f"| {r['qid']} | {q['question'].replace('|', chr(92) + '|')} | "
+                         f"{q['answer'].replace('|', chr(92) + '|')} | {r['source_recall']:.0f} | "
+                         f"{('**ok** ' if r['contains'] else '') + squash(r['answer'])[:80].replace('|', chr(92) + '|')}"
+                         f" | {r['first_token_s']:.2f} |")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
 def write_markdown(result: dict, path: Path) -> None:
+    if len(result.get("modes", MODES)) == 1:
+        return write_one_mode_markdown(result, path)
     lines = ["# Held-out question sets on real documents", "",
              f"Produced by `{result['command']}` on {result['machine']}, {result['date']}, model "
              f"{result['model']}; wall time {result['wall_min']:.1f} min; load average at start "
@@ -263,29 +306,38 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-short", dest="short", action="store_false",
                     help="answers in the model's own words only: no evidence span first (engine/answer/short_answer.py)")
     ap.add_argument("--k", type=int, default=DEFAULT_K, help=f"hits per question (epi ask's -k; default {DEFAULT_K})")
+    ap.add_argument("--model", default=None, help="answer with this model (a name or a file); stores are still "
+                    "ingested with the default model")
+    ap.add_argument("--whole", action="store_true", help="read the retrieved events whole (epi ask --whole)")
+    ap.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES), help="answer modes (default: both)")
+    ap.add_argument("--tag", default=None, help="write bench/results/heldout-TAG.json and .md (docs/ untouched)")
     args = ap.parse_args(argv)
     global K
     K = args.k
     log = lambda msg: print(msg, flush=True)  # noqa: E731
     t0, load_start = time.perf_counter(), load_average()
     sets = [s for s in load_sets(args.sets) if not args.only or s["set"] in args.only]
-    results = [run_set(s, args.stores, args.threads, log, args.retrieval, args.short) for s in sets]
+    results = [run_set(s, args.stores, args.threads, log, args.retrieval, args.short, args.model, args.whole,
+                       tuple(args.modes)) for s in sets]
     if args.retrieval:
         return write_retrieval(results, args.out, log)
     if not any(s.get("rows") for s in results):  # nothing measured: keep whatever --out holds
         log(f"no question was answered (sets: {', '.join(s['set'] for s in results) or 'none matched'}); "
             f"nothing written to {args.out}")
         return 1
-    ws = Workspace(threads=args.threads)
+    ws = Workspace(args.model, threads=args.threads)
     result = {"command": "python bench/heldout.py " + " ".join(argv if argv is not None else sys.argv[1:]),
               "machine": f"{platform.machine()}, {len(__import__('os').sched_getaffinity(0))} CPUs",
-              "date": datetime.now().strftime("%Y-%m-%d %H:%M"), "model": ws.prepared.source.name, "short": args.short, "k": K,
+              "date": datetime.now().strftime("%Y-%m-%d %H:%M"), "model": ws.prepared.source.name, "short": args.short,
+              "k": K, "whole": args.whole, "modes": args.modes,
               "wall_min": (time.perf_counter() - t0) / 60, "load_start": load_start, "load_end": load_average(),
               "sets": results}
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "heldout.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
-    write_markdown(result, args.markdown)
-    log(f"wrote {args.markdown}")
+    name = f"heldout-{args.tag}" if args.tag else "heldout"
+    markdown = args.out / f"{name}.md" if args.tag else args.markdown
+    (args.out / f"{name}.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+    write_markdown(result, markdown)
+    log(f"wrote {markdown}")
     return 0
 
 
