@@ -294,6 +294,22 @@ def write_retrieval(results: list[dict], out: Path, log) -> int:
     return 0 if any(s.get("rows") for s in results) else 1
 
 
+def write_results(args, argv: list[str] | None, results: list[dict], t0: float, load_start, log) -> None:
+    ws = Workspace(args.model, threads=args.threads)
+    result = {"command": "python bench/heldout.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+              "machine": f"{platform.machine()}, {len(__import__('os').sched_getaffinity(0))} CPUs",
+              "date": datetime.now().strftime("%Y-%m-%d %H:%M"), "model": ws.prepared.source.name, "short": args.short,
+              "k": K, "whole": args.whole, "modes": args.modes,
+              "wall_min": (time.perf_counter() - t0) / 60, "load_start": load_start, "load_end": load_average(),
+              "sets": results}
+    args.out.mkdir(parents=True, exist_ok=True)
+    name = f"heldout-{args.tag}" if args.tag else "heldout"
+    markdown = args.out / f"{name}.md" if args.tag else args.markdown
+    (args.out / f"{name}.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+    write_markdown(result, markdown)
+    log(f"wrote {markdown}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sets", type=Path, default=Path(__file__).resolve().parent / "heldout")
@@ -317,27 +333,19 @@ def main(argv: list[str] | None = None) -> int:
     log = lambda msg: print(msg, flush=True)  # noqa: E731
     t0, load_start = time.perf_counter(), load_average()
     sets = [s for s in load_sets(args.sets) if not args.only or s["set"] in args.only]
-    results = [run_set(s, args.stores, args.threads, log, args.retrieval, args.short, args.model, args.whole,
-                       tuple(args.modes)) for s in sets]
+    results = []
+    for s in sets:
+        results.append(run_set(s, args.stores, args.threads, log, args.retrieval, args.short, args.model,
+                               args.whole, tuple(args.modes)))
+        if not args.retrieval and args.tag and results[-1].get("rows"):  # a long run keeps what it has measured
+            write_results(args, argv, results, t0, load_start, log)
     if args.retrieval:
         return write_retrieval(results, args.out, log)
     if not any(s.get("rows") for s in results):  # nothing measured: keep whatever --out holds
         log(f"no question was answered (sets: {', '.join(s['set'] for s in results) or 'none matched'}); "
             f"nothing written to {args.out}")
         return 1
-    ws = Workspace(args.model, threads=args.threads)
-    result = {"command": "python bench/heldout.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-              "machine": f"{platform.machine()}, {len(__import__('os').sched_getaffinity(0))} CPUs",
-              "date": datetime.now().strftime("%Y-%m-%d %H:%M"), "model": ws.prepared.source.name, "short": args.short,
-              "k": K, "whole": args.whole, "modes": args.modes,
-              "wall_min": (time.perf_counter() - t0) / 60, "load_start": load_start, "load_end": load_average(),
-              "sets": results}
-    args.out.mkdir(parents=True, exist_ok=True)
-    name = f"heldout-{args.tag}" if args.tag else "heldout"
-    markdown = args.out / f"{name}.md" if args.tag else args.markdown
-    (args.out / f"{name}.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
-    write_markdown(result, markdown)
-    log(f"wrote {markdown}")
+    write_results(args, argv, results, t0, load_start, log)
     return 0
 
 
