@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 import typer
 
 from . import __version__, render
-from .engine.budgets import DEFAULT_K, LAYER_BUDGET, POOL_TOKENS_RANGE
+from .engine.budgets import COLD_PREFILL_SECONDS, DEFAULT_K, LAYER_BUDGET, POOL_TOKENS_RANGE
 from .engine.documents.sources import Skipped, discover
 from .engine.documents.structure import decode as decode_section
 from .engine.documents.structure import describe as describe_section
@@ -51,6 +51,7 @@ DocOpt = Annotated[Optional[list[str]], typer.Option("--doc", "-d", help="Answer
 ShortOpt = Annotated[bool, typer.Option("--short/--no-short", help="A question asking for a fact (which, what, who, where, when, how many) is answered with the span of the evidence the model finds likeliest first (a name, number, identifier, option), then one sentence. --no-short: the model's own words only.")]
 LayeredOpt = Annotated[bool, typer.Option("--layered", help="kv mode: load a larger pool of retrieved blocks and let each model layer attend only to the blocks its own query selects (EM-LLM/InfLLM; needs epi's patched llama.cpp, see `epi doctor`). Reads blocks whole.")]
 PoolOpt = Annotated[Optional[int], typer.Option("--pool", help="With --layered: tokens of retrieved blocks in the pool, 4,096-48,000 (default: what the answer context holds, ~7,000). A larger pool consults more of the archive: its blocks share positions in lanes (InfLLM), each layer still seeing 3,072 tokens of them; it costs memory (~23 KB a token with the bundled model) and loading time.", show_default=False)]
+ColdOpt = Annotated[float, typer.Option("--cold-seconds", min=0, help="kv mode: the longest a question spends reading events whose KV blocks the answer model does not have yet (they are read from text); the least relevant of the rest are left out and named. `epi warm` prepares the blocks ahead; 0: no limit.")]
 KVBudgetOpt = Annotated[Optional[str], typer.Option("--kv-budget", help="Disk the store may use for KV blocks, all models together (e.g. `500MB`, `20GB`, `0`); kept in the store. Default 10GB.", show_default=False)]
 
 _SIZE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
@@ -181,6 +182,7 @@ def ask(
     short: ShortOpt = True,
     layered: LayeredOpt = False,
     pool: PoolOpt = None,
+    cold_seconds: ColdOpt = COLD_PREFILL_SECONDS,
     store: StoreOpt = None,
     model: ModelOpt = None,
     threads: ThreadsOpt = None,
@@ -207,9 +209,11 @@ def ask(
                 ws.embedder.load(batches=False)  # before timing starts
                 ws.answerer(mode or ws.default_mode(st), st, layered)
             result, stream = ws.ask(st, question, k=k, mode=mode, neighbours=neighbours, epman=epman, docs=doc,
-                                    narrow=not whole, layered=layered, short=short)
+                                    narrow=not whole, layered=layered, short=short,
+                                    cold_seconds=cold_seconds or None)
             if not as_json:
                 render.scope(result.scope)
+                render.left_cold(result)
             if as_json:
                 for _ in stream:
                     pass
@@ -232,6 +236,7 @@ def chat(
     short: ShortOpt = True,
     layered: LayeredOpt = False,
     pool: PoolOpt = None,
+    cold_seconds: ColdOpt = COLD_PREFILL_SECONDS,
     store: StoreOpt = None,
     model: ModelOpt = None,
     threads: ThreadsOpt = None,
@@ -250,7 +255,40 @@ def chat(
                 ws.check_store(st)
                 ws.embedder.load(batches=False)
                 ws.answerer(ws.default_mode(st), st, layered)
-            run_repl(ws, st, k, epman, docs=doc, layered=layered, short=short)
+            run_repl(ws, st, k, epman, docs=doc, layered=layered, short=short, cold_seconds=cold_seconds or None)
+    finally:
+        ws.close()
+
+
+@app.command()
+@handle_errors
+def warm(
+    store: StoreOpt = None,
+    model: ModelOpt = None,
+    threads: ThreadsOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Prepare the answer model's KV blocks for the events that have none, so that questions load them instead of
+    reading text first (with a larger model than the one that ingested, that is tens of seconds a question).
+
+    Runs document by document until every event has its block or the KV budget is full; Ctrl-C stops it and what
+    is done is kept: run it again to go on. Example:  epi warm --model qwen-1.5b
+    """
+    ws = Workspace(model, store, threads, warn=render.warning)
+    try:
+        with Store.open_existing(ws.store_dir) as st:
+            if st.kv_budget <= 0:
+                raise EpiError("this store keeps no KV blocks (its KV budget is 0); set one with `epi config "
+                               "--kv-budget SIZE` first")
+            with render.status("loading model", quiet=as_json):
+                ws.check_store(st)
+                ws.answerer("kv", st)
+            with render.token_progress("preparing KV blocks", quiet=as_json) as progress:
+                result = ws.warm(st, progress)
+        if as_json:
+            print(json.dumps(result.as_json()))
+        else:
+            render.warm_summary(result)
     finally:
         ws.close()
 

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import (
     BarColumn,
+    MofNCompleteColumn,
     DownloadColumn,
     Progress,
     TaskProgressColumn,
@@ -68,6 +69,38 @@ def byte_progress(description: str, total: int, quiet: bool = False) -> Iterator
         yield lambda n: progress.update(task, advance=n)
 
 
+@contextlib.contextmanager
+def token_progress(description: str, quiet: bool = False) -> Iterator[Callable[[int, int], None]]:
+    """A bar in tokens (rate, ETA) that disappears when done; yields update(done, total)."""
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("tokens"),
+                  TimeRemainingColumn(), console=err, transient=True, disable=quiet or not err.is_terminal) as progress:
+        task = progress.add_task(description, total=None)
+        yield lambda done, total: progress.update(task, completed=done, total=max(total, 1))
+
+
+def warm_summary(result) -> None:
+    if not result.events_to_do:
+        err.print("every event already has its KV block for this model")
+        return
+    rate = result.tokens_done / result.seconds if result.seconds > 0 else 0.0
+    line = (f"prepared {result.events_kept:,} of {result.events_to_do:,} events' KV blocks "
+            f"({result.tokens_done:,} tokens in {_duration(result.seconds)}, {rate:,.0f} tokens/s)")
+    if result.stopped:
+        line += f"; stopped: {result.stopped} (raise it with `epi config --kv-budget SIZE`)"
+    err.print(escape(line), soft_wrap=True)
+
+
+def left_cold(result) -> None:
+    """Say which retrieved events the answer left out because their blocks are not prepared yet."""
+    if not result.left_cold:
+        return
+    tokens = sum(r.n_tokens for r in result.left_cold)
+    read = len(result.retrieved)
+    warning(f"read {read} of {read + len(result.left_cold)} retrieved events: {len(result.left_cold)} more "
+            f"({tokens:,} tokens) have no KV blocks for this model yet and would be read from text first; "
+            "`epi warm` prepares them, `--cold-seconds 0` reads them now")
+
+
 def compaction(blocks: int, block_bytes: int, db_before: int, db_after: int) -> None:
     line = (f"removed {blocks:,} unused KV block(s) ({_size(block_bytes)}); database and index "
             f"{_size(db_before)} → {_size(db_after)}")
@@ -76,7 +109,8 @@ def compaction(blocks: int, block_bytes: int, db_before: int, db_after: int) -> 
 
 def prepare_progress(quiet: bool = False) -> Callable[[int, int], None]:
     """kv mode's cold events (no stored block for this model yet) are prefilled from text before the answer starts;
-    on a big model on a CPU that takes seconds, so after the first second a line shows how far it is."""
+    on a big model on a CPU that takes seconds, so a line says so at once and, after the first second, how far it
+    is."""
     started: list[float] = []
 
     def show(done: int, total: int) -> None:
@@ -86,7 +120,10 @@ def prepare_progress(quiet: bool = False) -> Callable[[int, int], None]:
         if not started:
             started.append(now)
         elapsed = now - started[0]
-        if elapsed >= 1.0:
+        if done == 0:  # at once: a big model's first batch alone may take seconds
+            err.file.write(f"preparing events not yet in the KV cache: {total:,} tokens\r")
+            err.file.flush()
+        elif elapsed >= 1.0:
             eta = (total - done) * elapsed / max(done, 1)
             end = "\n" if done >= total else "\r"
             err.file.write(f"preparing events not yet in the KV cache: {done:,} of {total:,} tokens "

@@ -21,7 +21,7 @@ HISTORY_TURNS = 2  # earlier question/answer pairs kept in the prompt; a 135M mo
 
 
 def run_repl(ws: Workspace, store: Store, k: int, epman: bool = False, docs: list[str] | None = None,
-             layered: bool = False, short: bool = True) -> None:
+             layered: bool = False, short: bool = True, cold_seconds: float | None = None) -> None:
     try:
         import readline  # noqa: F401 - line editing and history for input()
     except ImportError:  # pragma: no cover - Windows
@@ -76,8 +76,9 @@ def run_repl(ws: Workspace, store: Store, k: int, epman: bool = False, docs: lis
             check_question_length(line)
             store.refresh()  # an ingest running beside the chat commits document after document
             result, stream = ws.ask(store, line, k=k, history=history[-2 * HISTORY_TURNS:], epman=epman, docs=docs,
-                                    layered=layered, short=short, search=query)
+                                    layered=layered, short=short, search=query, cold_seconds=cold_seconds)
             render.scope(result.scope)
+            render.left_cold(result)
             # The model sees the user's own words as the question; retrieval used the combined query.
             answer_text = ""
             try:

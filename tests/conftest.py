@@ -220,3 +220,20 @@ def assert_one_line_error(result, *needles: str, code: int = 1, stdout_empty: bo
     if stdout_empty:
         assert result.stdout == ""
     return err
+
+
+@pytest.fixture(scope="session")
+def second_model(tmp_path_factory):
+    """The bundled model's weights quantized to Q8_0: a distinct GGUF file (another sha, so another tier)."""
+    import ctypes
+
+    import llama_cpp as L
+
+    from episodic_cli.engine.llama.models import bundled_model_path
+
+    path = tmp_path_factory.mktemp("models") / "second.q8_0.gguf"
+    params = L.llama_model_quantize_default_params()
+    params.ftype = L.LLAMA_FTYPE_MOSTLY_Q8_0
+    params.allow_requantize = True
+    assert L.llama_model_quantize(str(bundled_model_path()).encode(), str(path).encode(), ctypes.byref(params)) == 0
+    return path

@@ -40,7 +40,7 @@ def test_ask_json_contract(shared_ask):
     assert len(shared_ask.stdout.strip().splitlines()) == 1  # exactly one JSON object, nothing else on stdout
     out = json.loads(shared_ask.stdout)
     assert set(out) == {"answer", "mode", "sources", "retrieved_tokens", "kv_loaded_tokens", "kv_prefilled_tokens",
-                        "timings", "scope", "evidence", "supported", "narrowed", "layered", "short_answer"}
+                        "timings", "scope", "evidence", "supported", "narrowed", "layered", "short_answer", "left_cold"}
     assert isinstance(out["evidence"], list) and isinstance(out["supported"], bool)  # checked in test_evidence.py
     assert out["scope"] == {"restricted_to": None, "notes": []}  # the question names no chapter, page or file
     assert out["layered"] is None  # per-layer selection is off unless asked for (test_layered.py)

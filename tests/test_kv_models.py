@@ -10,43 +10,29 @@
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import shutil
 import threading
 import time
 
-import llama_cpp as L
 import numpy as np
-import pytest
 from typer.testing import CliRunner
 
 from conftest import TEXT_QUESTION, prose_lines, tier_block_paths, workspace_for
 from episodic_cli.app import app
 from episodic_cli.engine.answer import kv_mode
-from episodic_cli.engine.llama.models import bundled_model_path
 from episodic_cli.store import Store
 from tiny_gguf import write_tiny_model
 
 runner = CliRunner()
 
 
-@pytest.fixture(scope="session")
-def second_model(tmp_path_factory):
-    """The bundled model's weights quantized to Q8_0: a distinct GGUF file (another sha, so another tier)."""
-    path = tmp_path_factory.mktemp("models") / "second.q8_0.gguf"
-    params = L.llama_model_quantize_default_params()
-    params.ftype = L.LLAMA_FTYPE_MOSTLY_Q8_0
-    params.allow_requantize = True
-    assert L.llama_model_quantize(str(bundled_model_path()).encode(), str(path).encode(), ctypes.byref(params)) == 0
-    return path
-
-
 def ask(store_dir, *extra: str) -> dict:
     """`epi ask --whole`: the events read whole, i.e. from their KV blocks (by default an answer reads only the
-    sentences that match the question best, decoded as text: engine/retrieval/evidence.py)."""
+    sentences that match the question best, decoded as text: engine/retrieval/evidence.py); every cold event is read
+    however long it takes (`--cold-seconds 0`), as these tests are about preparing them."""
     result = runner.invoke(app, ["ask", TEXT_QUESTION, "--store", str(store_dir), "-k", "1", "--neighbours", "1",
-                                 "--json", "--whole", *extra])
+                                 "--json", "--whole", "--cold-seconds", "0", *extra])
     assert result.exit_code == 0, result.stderr
     return json.loads(result.stdout)
 

@@ -6,6 +6,10 @@ ANSWER_CONTEXT = 8192  # the answer context, or the model's training window if t
 ANSWER_TOKENS = 256  # the longest answer
 QUESTION_ROOM = 768  # positions kept after the sources for the question part (and chat history)
 EVIDENCE_BUDGET = 3072  # tokens of retrieved events an answer reads at most
+# A question reading whole events prefills those without a block for the answer model at most this long; the least
+# relevant of the rest are left out (Workspace.fit_cold; docs/benchmarks.md, "Answer models").
+COLD_PREFILL_SECONDS = 10.0
+WARM_RUN_TOKENS = EVIDENCE_BUDGET  # `epi warm` prefills runs of consecutive events of about this many tokens
 # Hits per question (`-k`), before neighbours: k=5 answered as well as k=3 on every held-out set and better on one
 # (docs/evaluation.md, "k=5 instead of 3").
 DEFAULT_K = 5

@@ -8,18 +8,18 @@ import hashlib
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
 from ..store import Store, StoreIdentity
-from .answer.kv_mode import KVModeAnswerer, PrepareProgress
+from .answer.kv_mode import KVModeAnswerer, PrepareProgress, event_block_key
 from .answer.layered import LayeredAnswerer
 from .answer.records import Answer
 from .answer.short_answer import answer_spans, asks_for_a_fact
 from .answer.text_mode import TextModeAnswerer
 from .budgets import (ANSWER_CONTEXT, ANSWER_TOKENS, DEFAULT_K, EVIDENCE_BUDGET, LAYER_BUDGET, LAYERED_ANCHOR_TOKENS,
-                      LAYERED_POOL_K, MAX_POOL, QUESTION_ROOM)
+                      LAYERED_POOL_K, MAX_POOL, QUESTION_ROOM, WARM_RUN_TOKENS)
 from .documents.structure import describe as describe_section
 from .embed.embedder import EMBED_DIM, EMBEDDER_NAME, Embedder
 from .errors import EpiError
@@ -28,7 +28,8 @@ from .ingest.pipeline import Ingestor
 from .ingest.segment import SegmentParams
 from .kv.keeper import DEFAULT_KIND, BlockKeeper, tier_config
 from .llama import layer_visibility
-from .llama.backend import LlamaModel
+from .llama import prefill_rate
+from .llama.backend import LlamaModel, default_threads
 from .llama.models import PreparedModel, prepare_model
 from .paths import cache_dir, store_path
 from .retrieval.evidence import Support, readable, support
@@ -53,6 +54,9 @@ class AskResult:
     answer: Answer
     scope: Restriction | None = None  # the chapter/section/page/file/--doc the question was restricted to
     focus: list[tuple[int, list[tuple[int, int]]]] | None = None  # the sentences the answer read (evidence.narrow)
+    # retrieved events left out because the answer model has no block for them yet and reading them from text would
+    # take longer than the question may (Workspace.fit_cold)
+    left_cold: list[RetrievedEvent] = field(default_factory=list)
 
     def support(self) -> Support:
         """The quotes of the sources that support the answer (computed once the answer is complete)."""
@@ -94,6 +98,9 @@ class AskResult:
             "narrowed": bool(self.focus),
             # --layered: the pool loaded and, per layer, how many of its blocks that layer's query selected
             "layered": self.answer.layered.as_json() if self.answer.layered is not None else None,
+            # retrieved, but left out: no block for this model yet, and too long to read from text now
+            "left_cold": {"events": [r.event.id for r in self.left_cold],
+                          "tokens": sum(r.n_tokens for r in self.left_cold)},
         }
 
 
@@ -101,6 +108,19 @@ def apply_kv_budget(store: Store, n_bytes: int) -> None:
     """Record a new KV budget and evict down to it at once (least recently used blocks first)."""
     store.set_kv_budget(n_bytes)
     store.kv_space().shrink_to_budget()
+
+
+@dataclass
+class WarmResult:
+    events_to_do: int = 0   # events whose block the tier lacked
+    tokens_to_do: int = 0
+    events_kept: int = 0    # blocks written
+    tokens_done: int = 0
+    seconds: float = 0.0
+    stopped: str | None = None  # why it stopped before the end
+
+    def as_json(self) -> dict:
+        return {**self.__dict__, "seconds": round(self.seconds, 1)}
 
 
 class Workspace:
@@ -279,13 +299,16 @@ class Workspace:
         layered: bool = False,
         short: bool = True,
         search: str | None = None,
+        cold_seconds: float | None = None,
     ) -> tuple[AskResult, Iterator[str]]:
         """Retrieve now; return the result (filled in as the stream is consumed) and the answer stream.
         `epman` scales each block's V rows by its episodic weight in [0.9, 1.0] (kv mode only); `docs` (globs on
         the documents' paths, `--doc`) restricts retrieval to the documents they match. `short`: a question asking
         for a fact is answered with the evidence span the model finds likeliest first (engine/answer/short_answer.py).
         `search`: what retrieval and narrowing look for when it is not the question itself (a chat follow-up, "and
-        his brother?", searches with the previous question too); the model reads the question as asked."""
+        his brother?", searches with the previous question too); the model reads the question as asked.
+        `cold_seconds`: kv mode reading whole events prefills at most what this machine reads in that time of the
+        events the answer model has no block for yet; the least relevant of them are left out (None: no limit)."""
         if mode is not None and mode not in MODES:
             raise EpiError(f"unknown mode {mode!r}: use text or kv")
         if not question.strip():
@@ -319,9 +342,76 @@ class Workspace:
         if focus and short and asks_for_a_fact(question):  # only from the narrowed sentences: a few, all relevant
             lead_spans = answer_spans([readable(r.event.text[a:b]) for r, ss in zip(read, spans) for a, b in ss],
                                       question)
+        if cold_seconds is not None and mode == "kv" and not layered and not focus:
+            kept, result.left_cold = self.fit_cold(answerer, read, cold_seconds)
+            if result.left_cold:
+                kept_ids = {id(r) for r in kept}
+                weights = None if weights is None else [w for r, w in zip(read, weights) if id(r) in kept_ids]
+                read = result.retrieved = kept
         stream = answerer.stream(question, read, history, started, answer, should_stop=should_stop,
                                  weights=weights, spans=spans, lead_spans=lead_spans or None)
-        return result, stream
+        return result, self._timing_cold(stream, answerer)
+
+    def fit_cold(self, answerer: KVModeAnswerer, retrieved: list[RetrievedEvent], seconds: float
+                 ) -> tuple[list[RetrievedEvent], list[RetrievedEvent]]:
+        """(read, left out): the least relevant events without a block in the answer model's tier are left out until
+        the rest prefill within `seconds` at this machine's rate; the best hit (last) is always read."""
+        room = seconds * prefill_rate.rate(self.prepared.sha256, self.threads or default_threads(),
+                                           self.model.info.n_params)
+        cold = [not answerer.keeper.has(event_block_key(r)) for r in retrieved]
+        need = sum(r.n_tokens for r, c in zip(retrieved, cold) if c)
+        left: set[int] = set()
+        for i, r in enumerate(retrieved[:-1]):  # relevance order: least relevant first
+            if need <= room:
+                break
+            if cold[i]:
+                left.add(i)
+                need -= r.n_tokens
+        return [r for i, r in enumerate(retrieved) if i not in left], [retrieved[i] for i in sorted(left)]
+
+    def _timing_cold(self, stream: Iterator[str], answerer) -> Iterator[str]:
+        """The answer's pieces; afterwards, how fast its cold events were prefilled is kept for the next question."""
+        yield from stream
+        tokens, seconds = getattr(answerer, "cold_prefilled", (0, 0.0))
+        prefill_rate.record(self.prepared.sha256, self.threads or default_threads(), tokens, seconds)
+
+    def warm(self, store: Store, progress: Callable[[int, int], None] | None = None) -> WarmResult:
+        """Prepare this model's block for every event whose block its tier lacks, document by document, in runs of
+        consecutive events, until the KV budget is full: what a question would otherwise read from text first.
+        Resumable: what is kept stays, and a rerun skips it. `progress(tokens done, tokens to do)`."""
+        answerer = self.answerer("kv", store)
+        keeper = answerer.keeper
+        todo: list[list[RetrievedEvent]] = []
+        for doc in store.documents():
+            run: list[RetrievedEvent] = []
+            for ev in store.events_of(doc.id):
+                r = RetrievedEvent(ev, doc, None, None)
+                if keeper.has(event_block_key(r)):
+                    continue
+                if run and sum(x.n_tokens for x in run) + r.n_tokens > WARM_RUN_TOKENS:
+                    todo.append(run)
+                    run = []
+                run.append(r)
+            if run:
+                todo.append(run)
+        total = sum(r.n_tokens for run in todo for r in run)
+        result = WarmResult(events_to_do=sum(len(run) for run in todo), tokens_to_do=total)
+        started = time.perf_counter()
+        done = 0
+        for run in todo:
+            if progress is not None:
+                progress(done, total)
+            before = keeper.kept
+            answerer.prepare(run)
+            result.events_kept += keeper.kept - before
+            done += sum(r.n_tokens for r in run)
+            if keeper.refused:  # the budget (or the disk) is full: later runs would be refused too
+                result.stopped = "the KV budget is full"
+                break
+        if progress is not None:
+            progress(done, total)
+        result.tokens_done, result.seconds = done, time.perf_counter() - started
+        return result
 
     def close(self) -> None:
         for answerer in self._answerers.values():

@@ -81,6 +81,9 @@ class KVModeAnswerer:
         # K-shift re-rotates every cell of the cache inside the next decode; the benchmarks set None to compare)
         self.k_shift: RopeShift | None = k_shift(keeper.rope, model)
         self._layout: list[tuple[tuple, int]] = []  # (part key, position after it) of what sequence 0 holds
+        # tokens prefilled from text and the seconds they took, in the last answer (engine/llama/prefill_rate.py)
+        self.cold_prefilled: tuple[int, float] = (0, 0.0)
+        self._ahead = False  # preparing blocks ahead of any question (`prepare`), not for one
 
     def _new_session(self, n_ctx: int, n_threads: int | None) -> LlamaSession:
         return LlamaSession(self.model, n_ctx=n_ctx, n_threads=n_threads, n_seq_max=SPAN_SEQUENCES)
@@ -109,6 +112,9 @@ class KVModeAnswerer:
                 self.tier.touch(p.block_key)
         cold_tokens = {id(p): self._event_tokens(p) for p in parts[keep:] if id(p) in stored and stored[id(p)] is None}
         self._cold_total, self._cold_done = sum(map(len, cold_tokens.values())), 0
+        self.cold_prefilled = (0, 0.0)
+        if self._cold_total and self.on_prepare is not None:
+            self.on_prepare(0, self._cold_total)  # at once: the first batch alone may take seconds
         for i, part in enumerate(parts[keep:], keep):
             if part.retrieved is not None:
                 block = stored[id(part)]
@@ -141,6 +147,29 @@ class KVModeAnswerer:
         answer.prompt_tokens = pos
         answer.timings.prefill_s = time.perf_counter() - t0
         yield from stream_into(answer, self.session, pos, started, max_tokens, should_stop, lead_spans)
+
+    def prepare(self, events: list[RetrievedEvent]) -> int:
+        """Prefill `events` behind the sink, as a question reading them would, and offer each one's block to the
+        tier: what `epi warm` does ahead of the questions. The tokens prepared."""
+        self.reset()
+        self._ahead = True
+        try:
+            return self._prepare_ahead(events)
+        finally:
+            self._ahead = False
+            self.reset()
+
+    def _prepare_ahead(self, events: list[RetrievedEvent]) -> int:
+        sink, *parts, _question = self._plan("", events, None, None)
+        if self._load_sink(sink.tokens):
+            pos = len(sink.tokens)
+        else:
+            pos = self.session.prefill(sink.tokens, 0)
+            self._save_sink(sink.tokens)
+        cold = [(p, self._event_tokens(p)) for p in parts]
+        self._cold_total, self._cold_done = sum(len(tk) for _, tk in cold), 0
+        self._prepare_cold(cold, pos, Answer())
+        return self._cold_total
 
     def reset(self) -> None:
         """Forget the assembled cache (the next question starts from an empty context)."""
@@ -233,15 +262,19 @@ class KVModeAnswerer:
     def _prefill_cold(self, tokens: np.ndarray, pos: int, seq: int = 0) -> None:
         """Decode cold events' tokens at `pos` in sequence `seq`, a batch at a time, telling `on_prepare` how far
         this answer's preparing has come."""
+        t0 = time.perf_counter()
         for a in range(0, len(tokens), INGEST_BATCH):
             self.session.decode(tokens[a : a + INGEST_BATCH], pos + a, seq=seq)
             self._cold_done += min(INGEST_BATCH, len(tokens) - a)
             if self.on_prepare is not None:
                 self.on_prepare(self._cold_done, self._cold_total)
+        n, s = self.cold_prefilled
+        self.cold_prefilled = (n + len(tokens), s + time.perf_counter() - t0)
 
     def _captured(self, part: Part, block: ParsedBlock) -> None:
-        """An event prepared from text: offer its cells to the tier (the next answer that retrieves it loads them)."""
-        self.keeper.offer(part.block_key, block, on_use=True)
+        """An event prepared from text: offer its cells to the tier (the next answer that retrieves it loads them).
+        Prepared ahead (`epi warm`), it is kept as ingest keeps blocks: only while the budget has room."""
+        self.keeper.offer(part.block_key, block, on_use=not self._ahead)
 
     # -- the sink block, kept across processes ------------------------------------------------------------------
 

@@ -1,0 +1,88 @@
+"""Answering with a model whose blocks are not prepared yet (real llama.cpp, the bundled model and its Q8_0 twin):
+a question reads what it can prefill in time and names what it left out; `epi warm` prepares every block ahead,
+resumably; the machine's prefill rate is measured and kept."""
+from __future__ import annotations
+
+import json
+import shutil
+
+from typer.testing import CliRunner
+
+from conftest import TEXT_QUESTION
+from episodic_cli.app import app
+from episodic_cli.engine.llama import prefill_rate
+
+runner = CliRunner()
+
+
+def copy_of(shared_store, tmp_path, monkeypatch):
+    monkeypatch.setenv("EPI_HOME", str(shared_store.home))
+    store_dir = tmp_path / "store"
+    shutil.copytree(shared_store.store_dir, store_dir)
+    return store_dir
+
+
+def ask(store_dir, *extra: str):
+    return runner.invoke(app, ["ask", TEXT_QUESTION, "--store", str(store_dir), "-k", "3", "--neighbours", "1",
+                               "--whole", *extra])
+
+
+def test_a_cold_question_reads_its_best_hit_and_names_what_it_left_out(shared_store, second_model, tmp_path,
+                                                                      monkeypatch):
+    store_dir = copy_of(shared_store, tmp_path, monkeypatch)
+    everything = json.loads(ask(store_dir, "--json").stdout)  # the bundled model: every block is there
+    assert everything["left_cold"] == {"events": [], "tokens": 0} and len(everything["sources"]) > 2
+
+    hurried = ask(store_dir, "--model", str(second_model), "--cold-seconds", "0.01", "--json")
+    assert hurried.exit_code == 0, hurried.stderr
+    out = json.loads(hurried.stdout)
+    assert len(out["sources"]) == 1 and out["sources"][0]["event_id"] == everything["sources"][-1]["event_id"]
+    left = out["left_cold"]
+    assert len(left["events"]) == len(everything["sources"]) - 1 and left["tokens"] > 0
+    assert out["kv_prefilled_tokens"] > 0 and out["kv_loaded_tokens"] == 0
+
+    shown = ask(store_dir, "--model", str(second_model), "--cold-seconds", "0.01")
+    assert shown.exit_code == 0
+    assert f"read 1 of {len(everything['sources'])} retrieved events" in shown.stderr and "epi warm" in shown.stderr
+
+    patient = json.loads(ask(store_dir, "--model", str(second_model), "--cold-seconds", "0", "--json").stdout)
+    assert patient["left_cold"]["events"] == [] and len(patient["sources"]) == len(everything["sources"])
+
+
+def test_warm_prepares_every_block_and_a_rerun_has_nothing_left(shared_store, second_model, tmp_path, monkeypatch):
+    store_dir = copy_of(shared_store, tmp_path, monkeypatch)
+    warmed = runner.invoke(app, ["warm", "--store", str(store_dir), "--model", str(second_model), "--json"])
+    assert warmed.exit_code == 0, warmed.stderr
+    result = json.loads(warmed.stdout)
+    n_events = json.loads(runner.invoke(app, ["ls", "--store", str(store_dir), "--json"]).stdout)["n_events"]
+    assert result["events_to_do"] == n_events == result["events_kept"] and result["stopped"] is None
+    after = json.loads(ask(store_dir, "--model", str(second_model), "--cold-seconds", "0.01", "--json").stdout)
+    assert after["kv_prefilled_tokens"] == 0 and after["left_cold"]["events"] == []  # every block loads
+    assert after["kv_loaded_tokens"] == after["retrieved_tokens"]
+    again = runner.invoke(app, ["warm", "--store", str(store_dir), "--model", str(second_model)])
+    assert again.exit_code == 0 and "every event already has its KV block" in again.stderr
+
+
+def test_warm_stops_at_a_full_budget_and_goes_on_once_it_is_raised(shared_store, second_model, tmp_path, monkeypatch):
+    store_dir = copy_of(shared_store, tmp_path, monkeypatch)
+    used = json.loads(runner.invoke(app, ["ls", "--store", str(store_dir), "--json"]).stdout)["kv_used_bytes"]
+    runner.invoke(app, ["config", "--store", str(store_dir), "--kv-budget", str(int(used * 1.3))])
+    first = json.loads(runner.invoke(app, ["warm", "--store", str(store_dir), "--model", str(second_model),
+                                           "--json"]).stdout)
+    assert first["stopped"] == "the KV budget is full" and 0 < first["events_kept"] < first["events_to_do"]
+    runner.invoke(app, ["config", "--store", str(store_dir), "--kv-budget", "10GB"])
+    second = json.loads(runner.invoke(app, ["warm", "--store", str(store_dir), "--model", str(second_model),
+                                            "--json"]).stdout)
+    assert second["events_to_do"] == first["events_to_do"] - first["events_kept"] == second["events_kept"]
+
+
+def test_the_prefill_rate_is_guessed_by_size_then_kept_as_measured():
+    small, large = prefill_rate.rate("a" * 64, 2, 135_000_000), prefill_rate.rate("a" * 64, 2, 1_500_000_000)
+    assert small == prefill_rate.GUESS_TOKENS_PER_S_AT_135M and large < small / 3
+    prefill_rate.record("b" * 64, 2, 100, 1.0)  # too short to count
+    assert prefill_rate.rate("b" * 64, 2, 1_500_000_000) == large
+    prefill_rate.record("b" * 64, 2, 600, 20.0)
+    assert prefill_rate.rate("b" * 64, 2, 1_500_000_000) == 30.0
+    prefill_rate.record("b" * 64, 2, 500, 10.0)
+    assert prefill_rate.rate("b" * 64, 2, 1_500_000_000) == 40.0  # the mean of the kept and the new
+    assert prefill_rate.rate("b" * 64, 4, 1_500_000_000) == large  # per thread count
