@@ -92,9 +92,11 @@ def ingest(ws: Workspace, paths: list[Path], log) -> dict:
 
 
 def ask(ws: Workspace, store, question: dict, mode: str, warnings: list[str], short: bool = True,
-        whole: bool = False) -> dict:
+        whole: bool = False, cold_seconds: float | None = None) -> dict:
     result, row = ask_once(ws, store, question["question"], question["gold_text"], warnings,
-                           max_tokens=ANSWER_MAX_TOKENS, mode=mode, short=short, k=K, narrow=not whole)
+                           max_tokens=ANSWER_MAX_TOKENS, mode=mode, short=short, k=K, narrow=not whole,
+                           cold_seconds=cold_seconds)
+    row["left_cold_tokens"] = sum(r.n_tokens for r in result.left_cold)
     row["kv_loaded_tokens"], row["kv_prefilled_tokens"] = (result.answer.kv_loaded_tokens,
                                                            result.answer.kv_prefilled_tokens)
     row = {"qid": question["qid"], **row, "retrieved_tokens": sum(r.n_tokens for r in result.retrieved)}
@@ -120,7 +122,8 @@ def retrieval_row(ws: Workspace, store, question: dict) -> dict:
 
 
 def run_set(spec: dict, stores: Path, threads: int | None, log, retrieval_only: bool = False, short: bool = True,
-            model: str | None = None, whole: bool = False, modes: tuple[str, ...] = MODES) -> dict:
+            model: str | None = None, whole: bool = False, modes: tuple[str, ...] = MODES,
+            cold_seconds: float | None = None) -> dict:
     paths = [resolve(p) for p in spec["documents"]]
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
@@ -151,7 +154,7 @@ def run_set(spec: dict, stores: Path, threads: int | None, log, retrieval_only: 
                 log(f"  {q['qid']:<14} src={row['source_recall']:.0f} hit={row['gold_in_hit']} {row['hits']}")
                 continue
             for mode in modes:
-                row = ask(ws, store, q, mode, warnings, short, whole)
+                row = ask(ws, store, q, mode, warnings, short, whole, cold_seconds)
                 rows.append(row)
                 log(f"  {q['qid']:<14} {mode:<4} {row['contains']:.0f} f1={row['f1']:.2f} "
                     f"src={row['source_recall']:.0f}"
@@ -299,7 +302,7 @@ def write_results(args, argv: list[str] | None, results: list[dict], t0: float, 
     result = {"command": "python bench/heldout.py " + " ".join(argv if argv is not None else sys.argv[1:]),
               "machine": f"{platform.machine()}, {len(__import__('os').sched_getaffinity(0))} CPUs",
               "date": datetime.now().strftime("%Y-%m-%d %H:%M"), "model": ws.prepared.source.name, "short": args.short,
-              "k": K, "whole": args.whole, "modes": args.modes,
+              "k": K, "whole": args.whole, "modes": args.modes, "cold_seconds": args.cold_seconds,
               "wall_min": (time.perf_counter() - t0) / 60, "load_start": load_start, "load_end": load_average(),
               "sets": results}
     args.out.mkdir(parents=True, exist_ok=True)
@@ -325,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default=None, help="answer with this model (a name or a file); stores are still "
                     "ingested with the default model")
     ap.add_argument("--whole", action="store_true", help="read the retrieved events whole (epi ask --whole)")
+    ap.add_argument("--cold-seconds", type=float, default=None, help="as epi ask's (default: no limit)")
     ap.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES), help="answer modes (default: both)")
     ap.add_argument("--tag", default=None, help="write bench/results/heldout-TAG.json and .md (docs/ untouched)")
     args = ap.parse_args(argv)
@@ -336,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for s in sets:
         results.append(run_set(s, args.stores, args.threads, log, args.retrieval, args.short, args.model,
-                               args.whole, tuple(args.modes)))
+                               args.whole, tuple(args.modes), args.cold_seconds))
         if not args.retrieval and args.tag and results[-1].get("rows"):  # a long run keeps what it has measured
             write_results(args, argv, results, t0, load_start, log)
     if args.retrieval:

@@ -10,10 +10,11 @@ from pathlib import Path
 from ..paths import cache_dir
 
 MIN_TOKENS = 128  # shorter prefills are mostly fixed costs: not worth a measurement
-# Before a model has been timed here: the measured rates on 2 cores (docs/benchmarks.md, "Answer models"), about
-# 150 tokens/s at 135M parameters falling with the 0.55th power of the parameter count.
-GUESS_TOKENS_PER_S_AT_135M = 150.0
-GUESS_EXPONENT = 0.55
+# Before a model has been timed here: cold prefills measured on 2 idle cores (docs/benchmarks.md, "Answer
+# models"), ~290 tokens/s at 135M parameters, falling with the square root of the parameter count (0.6B: ~140,
+# 1.8B: ~80).
+GUESS_TOKENS_PER_S_AT_135M = 290.0
+GUESS_EXPONENT = 0.5
 
 
 def _path() -> Path:
