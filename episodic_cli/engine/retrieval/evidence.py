@@ -116,15 +116,16 @@ def _cut_long(text: str, a: int, b: int) -> list[tuple[int, int]]:
 
 def _ends_sentence(text: str, m: re.Match) -> bool:
     """Whether a match of _SENTENCE_END_RE really ends a sentence: not after an abbreviation or an initial, and not
-    before a word that goes on in lower case ("5-7 min. on 2 cores", "the v. 0.3.36 build")."""
+    before a word on the same line that goes on in lower case ("5-7 min. on 2 cores", "the v. 0.3.36 build")."""
     if text[m.start()] != ".":
         return True
     before = _WORD_BEFORE_RE.search(text, max(0, m.start() - 12), m.start() + 1)
     word = before.group(1) if before else ""
     if word.lower() in ABBREVIATIONS or (len(word) == 1 and word.isupper()):
         return False
-    rest = text[m.end(): m.end() + 40].lstrip()
-    return not (rest[:1].islower())
+    gap = text[m.end(): m.end() + 40]
+    rest = gap.lstrip(" \t")  # on the same line only: a line that starts in lower case may be a list or code
+    return not (rest[:1].islower() and len(rest) < len(gap))
 
 
 def split_sentences(text: str) -> list[Span]:
