@@ -21,6 +21,8 @@ from .engine.ingest.document_pass import DEFAULT_COMMIT_EVERY
 from .engine.ingest.segment import REFINE_METHODS, SegmentParams
 from .engine.kv.blocks import KINDS as KV_KINDS
 from .engine.kv.keeper import DEFAULT_KIND
+from .engine.llama.models import answer_model as chosen_answer_model
+from .engine.llama.models import reader_model
 from .engine.paths import store_path
 from .engine.prompt import check_question_length
 from .engine.retrieval.scope import documents_matching
@@ -102,6 +104,7 @@ def ingest(
     kv: Annotated[bool, typer.Option("--kv/--no-kv", help="Keep KV blocks (fast answers in kv mode). --no-kv keeps only text: it sets the store's KV budget to 0 (answers in text mode).")] = True,
     kv_budget: KVBudgetOpt = None,
     commit_every: Annotated[int, typer.Option(min=1, help="Commit a long document every N events, so that an interrupted ingest resumes from there (run the same command again).")] = DEFAULT_COMMIT_EVERY,
+    answer_model: Annotated[Optional[str], typer.Option("--answer-model", help="After reading, prepare this model's KV blocks for the new documents (`epi warm`), so that its answers load them: default the answer model (`qwen-1.5b` when installed, or $EPI_MODEL); `none` skips it (questions then read what they can from text, see `epi ask --cold-seconds`).", show_default=False)] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Read documents into the store: one llama.cpp pass per file, surprise-segmented events, embeddings.
@@ -110,9 +113,11 @@ def ingest(
     its own, a long one every `--commit-every` events, so an error, Ctrl-C or a crash never loses the work already
     done; run the same command again to resume (inside a long file too).
 
-    The pass also keeps each event's KV block for this model (kv mode loads it instead of re-reading the text) while
-    the store's KV budget (`--kv-budget`, default 10GB) allows; events without one are prepared from text when a
-    question first needs them.
+    The documents are read by the bundled SmolLM2-135M (`--model` or $EPI_MODEL names another), which keeps each
+    event's KV block for itself; then the answer model (`--answer-model`, by default Qwen2.5-Coder-1.5B when
+    installed) prepares its own blocks for the new events, so that questions load them instead of re-reading text.
+    Both keep blocks while the store's KV budget (`--kv-budget`, default 10GB) allows. `--answer-model none` is the
+    fast path: about 3.4x the speed, with the first questions reading text (docs/benchmarks.md).
     """
     if min_tokens > max_tokens:
         raise EpiError("--min-tokens must not exceed --max-tokens")
@@ -129,7 +134,8 @@ def ingest(
     budget_text = "0" if not kv else kv_budget
     budget = None if budget_text is None else parse_size(budget_text)  # a typo fails before the model loads
     Store.refuse_if_being_written(store_path(store))  # before the model loads
-    ws = Workspace(model, store, threads, warn=render.warning)
+    reader = reader_model(model)
+    ws = Workspace(reader, store, threads, warn=render.warning)
     with render.status("loading model and embedder", quiet=as_json):
         st = ws.store_for_writing(params)
         ws.embedder.load(batches=True)  # before the progress bars start
@@ -142,6 +148,11 @@ def ingest(
                     print(json.dumps(result.as_json()), flush=True)
     if not as_json:
         render.ingest_summary(results, st.path)
+    ws.close()
+    answerer = chosen_answer_model(answer_model)
+    new_docs = {r.path for r in results if r.status == "ingested"}
+    if kv and answerer != "none" and answerer != reader and new_docs:
+        warm_documents(answerer, store, threads, new_docs, as_json)
     if any(r.status == "failed" for r in results) or all(r.status == "skipped" for r in results):
         raise typer.Exit(1)
 
@@ -178,7 +189,7 @@ def ask(
     neighbours: Annotated[int, typer.Option(min=0, max=3, help="Adjacent events added around each hit (temporal contiguity).")] = 1,
     epman: EpmanOpt = False,
     doc: DocOpt = None,
-    whole: Annotated[bool, typer.Option("--whole", help="Read the retrieved events whole (kv mode: their stored KV blocks) instead of only the sentences that match the question best.")] = False,
+    whole: Annotated[Optional[bool], typer.Option("--whole/--narrow", help="--whole reads the retrieved events whole (kv mode: their stored KV blocks); --narrow only the sentences that match the question best. Default: whole, except with the bundled SmolLM2-135M, which answers better from the narrowed sentences.", show_default=False)] = None,
     short: ShortOpt = True,
     layered: LayeredOpt = False,
     pool: PoolOpt = None,
@@ -209,7 +220,7 @@ def ask(
                 ws.embedder.load(batches=False)  # before timing starts
                 ws.answerer(mode or ws.default_mode(st), st, layered)
             result, stream = ws.ask(st, question, k=k, mode=mode, neighbours=neighbours, epman=epman, docs=doc,
-                                    narrow=not whole, layered=layered, short=short,
+                                    narrow=None if whole is None else not whole, layered=layered, short=short,
                                     cold_seconds=cold_seconds or None)
             if not as_json:
                 render.scope(result.scope)
@@ -260,6 +271,28 @@ def chat(
         ws.close()
 
 
+def warm_documents(model: str, store: str | None, threads: int | None, documents: set[str] | None,
+                   as_json: bool) -> None:
+    """The answer model's blocks for `documents` (None: every document), with a progress bar and a summary."""
+    ws = Workspace(model, store, threads, warn=render.warning)
+    try:
+        with Store.open_existing(ws.store_dir) as st:
+            if st.kv_budget <= 0:
+                raise EpiError("this store keeps no KV blocks (its KV budget is 0); set one with `epi config "
+                               "--kv-budget SIZE` first")
+            with render.status(f"loading {model} to prepare its KV blocks", quiet=as_json):
+                ws.check_store(st)
+                ws.answerer("kv", st)
+            with render.token_progress(f"preparing {model}'s KV blocks", quiet=as_json) as progress:
+                result = ws.warm(st, progress, documents)
+        if as_json:
+            print(json.dumps({"warm": model, **result.as_json()}), flush=True)
+        else:
+            render.warm_summary(result)
+    finally:
+        ws.close()
+
+
 @app.command()
 @handle_errors
 def warm(
@@ -274,23 +307,7 @@ def warm(
     Runs document by document until every event has its block or the KV budget is full; Ctrl-C stops it and what
     is done is kept: run it again to go on. Example:  epi warm --model qwen-1.5b
     """
-    ws = Workspace(model, store, threads, warn=render.warning)
-    try:
-        with Store.open_existing(ws.store_dir) as st:
-            if st.kv_budget <= 0:
-                raise EpiError("this store keeps no KV blocks (its KV budget is 0); set one with `epi config "
-                               "--kv-budget SIZE` first")
-            with render.status("loading model", quiet=as_json):
-                ws.check_store(st)
-                ws.answerer("kv", st)
-            with render.token_progress("preparing KV blocks", quiet=as_json) as progress:
-                result = ws.warm(st, progress)
-        if as_json:
-            print(json.dumps(result.as_json()))
-        else:
-            render.warm_summary(result)
-    finally:
-        ws.close()
+    warm_documents(chosen_answer_model(model), store, threads, None, as_json)
 
 
 @app.command("ls")

@@ -3,6 +3,7 @@ expansion, one real ingest of a PDF and a text, the loaded model and embedder) a
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass
 from importlib import metadata
@@ -13,6 +14,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))  # pdf_fixture is a sibling helper, not an installed module
 
 from pdf_fixture import make_pdf  # noqa: E402
+
+# Tests run the bundled SmolLM2-135M unless they name another model (the session fixtures too, which load before
+# any test's own environment); a machine with Qwen 1.5B installed would otherwise answer every test with it.
+os.environ["EPI_MODEL"] = "smollm2"
 
 # ------------------------------------------------------------------------------------------ planted facts
 
@@ -97,7 +102,7 @@ def epi_home(tmp_path, monkeypatch, shared_cache) -> Path:
     home = _home(tmp_path / "epi-home", shared_cache)
     monkeypatch.setenv("EPI_HOME", str(home))
     monkeypatch.delenv("EPI_STORE", raising=False)
-    monkeypatch.delenv("EPI_MODEL", raising=False)
+    monkeypatch.setenv("EPI_MODEL", "smollm2")  # the bundled model; tests of the 1.5B model name it
     return home
 
 

