@@ -32,6 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from eval import ask_once, covers, load_average, score_answer, squash  # noqa: E402
 
+from episodic_cli.engine.llama.models import answer_model, reader_model  # noqa: E402
 from episodic_cli.engine.paths import cache_dir  # noqa: E402
 from episodic_cli.engine.ingest.segment import SegmentParams  # noqa: E402
 from episodic_cli.engine.documents.sources import discover  # noqa: E402
@@ -92,11 +93,12 @@ def ingest(ws: Workspace, paths: list[Path], log) -> dict:
 
 
 def ask(ws: Workspace, store, question: dict, mode: str, warnings: list[str], short: bool = True,
-        whole: bool = False, cold_seconds: float | None = None) -> dict:
+        narrow: bool | None = None, cold_seconds: float | None = None) -> dict:
     result, row = ask_once(ws, store, question["question"], question["gold_text"], warnings,
-                           max_tokens=ANSWER_MAX_TOKENS, mode=mode, short=short, k=K, narrow=not whole,
+                           max_tokens=ANSWER_MAX_TOKENS, mode=mode, short=short, k=K, narrow=narrow,
                            cold_seconds=cold_seconds)
     row["left_cold_tokens"] = sum(r.n_tokens for r in result.left_cold)
+    row["narrowed"] = bool(result.focus)
     row["kv_loaded_tokens"], row["kv_prefilled_tokens"] = (result.answer.kv_loaded_tokens,
                                                            result.answer.kv_prefilled_tokens)
     row = {"qid": question["qid"], **row, "retrieved_tokens": sum(r.n_tokens for r in result.retrieved)}
@@ -122,7 +124,7 @@ def retrieval_row(ws: Workspace, store, question: dict) -> dict:
 
 
 def run_set(spec: dict, stores: Path, threads: int | None, log, retrieval_only: bool = False, short: bool = True,
-            model: str | None = None, whole: bool = False, modes: tuple[str, ...] = MODES,
+            model: str | None = None, narrow: bool | None = None, modes: tuple[str, ...] = MODES,
             cold_seconds: float | None = None) -> dict:
     paths = [resolve(p) for p in spec["documents"]]
     missing = [str(p) for p in paths if not p.exists()]
@@ -131,9 +133,11 @@ def run_set(spec: dict, stores: Path, threads: int | None, log, retrieval_only: 
         return {"set": spec["set"], "skipped": f"missing {', '.join(missing)}"}
     log(f"{spec['set']}: {spec['description']}")
     warnings: list[str] = []
-    ws = Workspace(store=str(stores / spec["set"]), threads=threads, warn=warnings.append)
-    info = ingest(ws, paths, log)  # with the default model, as `epi ingest` does
-    if model is not None:  # another answer model on the same store: its own KV tier, the embedder shared
+    reader = reader_model()
+    ws = Workspace(reader, store=str(stores / spec["set"]), threads=threads, warn=warnings.append)
+    info = ingest(ws, paths, log)  # with the model that reads documents, as `epi ingest` does
+    model = answer_model(model)  # as `epi ask` picks it
+    if model != reader:  # another answer model on the same store: its own KV tier, the embedder shared
         answer_ws = Workspace(model, store=str(stores / spec["set"]), threads=threads, warn=warnings.append)
         answer_ws.__dict__["embedder"] = ws.embedder
         ws.close()
@@ -154,7 +158,7 @@ def run_set(spec: dict, stores: Path, threads: int | None, log, retrieval_only: 
                 log(f"  {q['qid']:<14} src={row['source_recall']:.0f} hit={row['gold_in_hit']} {row['hits']}")
                 continue
             for mode in modes:
-                row = ask(ws, store, q, mode, warnings, short, whole, cold_seconds)
+                row = ask(ws, store, q, mode, warnings, short, narrow, cold_seconds)
                 rows.append(row)
                 log(f"  {q['qid']:<14} {mode:<4} {row['contains']:.0f} f1={row['f1']:.2f} "
                     f"src={row['source_recall']:.0f}"
@@ -298,11 +302,11 @@ def write_retrieval(results: list[dict], out: Path, log) -> int:
 
 
 def write_results(args, argv: list[str] | None, results: list[dict], t0: float, load_start, log) -> None:
-    ws = Workspace(args.model, threads=args.threads)
+    ws = Workspace(answer_model(args.model), threads=args.threads)
     result = {"command": "python bench/heldout.py " + " ".join(argv if argv is not None else sys.argv[1:]),
               "machine": f"{platform.machine()}, {len(__import__('os').sched_getaffinity(0))} CPUs",
               "date": datetime.now().strftime("%Y-%m-%d %H:%M"), "model": ws.prepared.source.name, "short": args.short,
-              "k": K, "whole": args.whole, "modes": args.modes, "cold_seconds": args.cold_seconds,
+              "k": K, "whole": args.whole, "narrow": args.narrow, "modes": args.modes, "cold_seconds": args.cold_seconds,
               "wall_min": (time.perf_counter() - t0) / 60, "load_start": load_start, "load_end": load_average(),
               "sets": results}
     args.out.mkdir(parents=True, exist_ok=True)
@@ -325,9 +329,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-short", dest="short", action="store_false",
                     help="answers in the model's own words only: no evidence span first (engine/answer/short_answer.py)")
     ap.add_argument("--k", type=int, default=DEFAULT_K, help=f"hits per question (epi ask's -k; default {DEFAULT_K})")
-    ap.add_argument("--model", default=None, help="answer with this model (a name or a file); stores are still "
-                    "ingested with the default model")
+    ap.add_argument("--model", default=None, help="answer with this model (a name or a file; default: epi ask's); "
+                    "stores are ingested by the model that reads documents (epi ingest's)")
     ap.add_argument("--whole", action="store_true", help="read the retrieved events whole (epi ask --whole)")
+    ap.add_argument("--narrow", action="store_true", help="read the best sentences (epi ask --narrow); neither: "
+                    "as epi ask does by default for the model")
     ap.add_argument("--cold-seconds", type=float, default=None, help="as epi ask's (default: no limit)")
     ap.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES), help="answer modes (default: both)")
     ap.add_argument("--tag", default=None, help="write bench/results/heldout-TAG.json and .md (docs/ untouched)")
@@ -340,7 +346,8 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for s in sets:
         results.append(run_set(s, args.stores, args.threads, log, args.retrieval, args.short, args.model,
-                               args.whole, tuple(args.modes), args.cold_seconds))
+                               True if args.narrow else False if args.whole else None, tuple(args.modes),
+                               args.cold_seconds))
         if not args.retrieval and args.tag and results[-1].get("rows"):  # a long run keeps what it has measured
             write_results(args, argv, results, t0, load_start, log)
     if args.retrieval:
