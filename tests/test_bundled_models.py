@@ -132,3 +132,17 @@ def test_the_installed_1_5b_model_assembles_to_qwens_hash():
     path = assemble(BUNDLED["qwen-1.5b"])
     assert path.stat().st_size == 1_117_320_768
     assert bundled.verify(BUNDLED["qwen-1.5b"]) is None
+
+
+def test_first_runs_at_once_all_expand_the_bundled_model(tmp_path):
+    """Issue 30 item 1: three processes preparing the bundled model in a fresh cache at once all succeed (each
+    expands into a file of its own and renames it into place) and leave no temporary file."""
+    env = {**os.environ, "EPI_HOME": str(tmp_path / "home"), "EPI_MODEL": "smollm2"}
+    code = "from episodic_cli.engine.llama.models import prepare_model; print(prepare_model().path)"
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=env) for _ in range(3)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    paths = {o.strip() for o, _ in outs}
+    assert len(paths) == 1 and Path(paths.pop()).stat().st_size > 100_000_000
+    assert not [p for p in (tmp_path / "home" / "cache" / "models").iterdir() if p.name.startswith(".")]
