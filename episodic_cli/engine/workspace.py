@@ -30,7 +30,7 @@ from .kv.keeper import DEFAULT_KIND, BlockKeeper, tier_config
 from .llama import layer_visibility
 from .llama import prefill_rate
 from .llama.backend import LlamaModel, default_threads
-from .llama.models import PreparedModel, bundled_model_path, prepare_model
+from .llama.models import BUNDLED_MODEL_FILE, PreparedModel, prepare_model
 from .paths import cache_dir, store_path
 from .retrieval.evidence import Support, readable, support
 from .retrieval.evidence import narrow as evidence_narrow
@@ -215,7 +215,7 @@ class Workspace:
         """Whether answers read only the best-matching sentences unless told otherwise: for the bundled SmolLM2-135M,
         which answers far better from them (16 against 7 of the 46 held-out questions not used to choose it); every
         other model reads the retrieved events whole (docs/heldout.md, "Answer models")."""
-        return self.prepared.source == bundled_model_path()
+        return self.prepared.source.name == BUNDLED_MODEL_FILE
 
     @property
     def answer_context(self) -> int:
