@@ -45,7 +45,7 @@ app = typer.Typer(
 )
 
 StoreOpt = Annotated[Optional[str], typer.Option("--store", "-s", help="Store name (kept under the epi data directory) or a path. Default: `default`, or $EPI_STORE.")]
-ModelOpt = Annotated[Optional[str], typer.Option("--model", "-m", help="The chat model: a GGUF file, or an installed one by name: `smollm2` (SmolLM2-135M, the default), `qwen-1.5b`, `qwen-0.5b` (or set $EPI_MODEL).")]
+ModelOpt = Annotated[Optional[str], typer.Option("--model", "-m", help="The model: a GGUF file, or an installed one by name: `qwen-1.5b` (answers by default where installed), `qwen-0.5b`, `smollm2` (the bundled SmolLM2-135M, which reads documents at ingest by default); or set $EPI_MODEL.")]
 ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", "-t", min=1, help="CPU threads for llama.cpp (default: physical cores).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout and nothing else.")]
 EpmanOpt = Annotated[bool, typer.Option("--epman", help="kv mode: weight each retrieved block by its relevance (EpMAN; V rows scaled into [0.9, 1.0]).")]
