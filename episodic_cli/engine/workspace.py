@@ -315,8 +315,9 @@ class Workspace:
         `search`: what retrieval and narrowing look for when it is not the question itself (a chat follow-up, "and
         his brother?", searches with the previous question too); the model reads the question as asked.
         `narrow`: read only the sentences that match the question best (None: as the model reads best,
-        `narrows_by_default`). `cold_seconds`: kv mode reading whole events prefills at most what this machine reads in that time of the
-        events the answer model has no block for yet; the least relevant of them are left out (None: no limit)."""
+        `narrows_by_default`). `cold_seconds`: kv mode reading whole events prefills at most what this machine reads
+        in that time of the events the answer model has no block for yet; the least relevant of them are left out
+        (None: no limit)."""
         if mode is not None and mode not in MODES:
             raise EpiError(f"unknown mode {mode!r}: use text or kv")
         if not question.strip():
@@ -388,8 +389,8 @@ class Workspace:
     def warm(self, store: Store, progress: Callable[[int, int], None] | None = None,
              documents: set[str] | None = None) -> WarmResult:
         """Prepare this model's block for every event whose block its tier lacks, document by document, in runs of
-        consecutive events, until the KV budget is full: what a question would otherwise read from text first.
-        Resumable: what is kept stays, and a rerun skips it. `progress(tokens done, tokens to do)`; `documents`:
+        such events in document order, until the KV budget is full: what a question would otherwise read from text
+        first. Resumable: what is kept stays, and a rerun skips it. `progress(tokens done, tokens to do)`; `documents`:
         only these (their paths as stored)."""
         answerer = self.answerer("kv", store)
         keeper = answerer.keeper
@@ -398,14 +399,16 @@ class Workspace:
             if documents is not None and doc.path not in documents:
                 continue
             run: list[RetrievedEvent] = []
+            run_tokens = 0
             for ev in store.events_of(doc.id):
                 r = RetrievedEvent(ev, doc, None, None)
                 if keeper.has(event_block_key(r)):
                     continue
-                if run and sum(x.n_tokens for x in run) + r.n_tokens > WARM_RUN_TOKENS:
+                if run and run_tokens + r.n_tokens > WARM_RUN_TOKENS:
                     todo.append(run)
-                    run = []
+                    run, run_tokens = [], 0
                 run.append(r)
+                run_tokens += r.n_tokens
             if run:
                 todo.append(run)
         total = sum(r.n_tokens for run in todo for r in run)
