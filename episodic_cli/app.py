@@ -13,7 +13,8 @@ import typer
 
 from . import __version__, render
 from .engine.budgets import COLD_PREFILL_SECONDS, DEFAULT_K, LAYER_BUDGET, POOL_TOKENS_RANGE
-from .engine.documents.sources import Skipped, discover
+from .engine.documents.blocks import BLOCK_KINDS
+from .engine.documents.sources import Skipped, discover, document_format
 from .engine.documents.structure import decode as decode_section
 from .engine.documents.structure import describe as describe_section
 from .engine.errors import EpiError
@@ -324,8 +325,10 @@ def list_documents(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
                             "kv_used_bytes": t.bytes} for t in tiers]}
         if as_json:
             print(json.dumps({"store": str(st.path), "documents": [
-                {"path": d.display_path, "kind": d.kind, "tokens": d.n_tokens, "events": d.n_events,
-                 "pages": d.n_pages, "lines": d.n_lines, "status": d.status} for d in docs],
+                {"path": d.display_path, "kind": d.kind, "format": document_format(d.kind, d.display_path),
+                 "tokens": d.n_tokens, "events": d.n_events, "pages": d.n_pages,
+                 "lines": None if d.kind in BLOCK_KINDS else d.n_lines,
+                 "blocks": d.n_lines if d.kind in BLOCK_KINDS else None, "status": d.status} for d in docs],
                 **{k: v for k, v in stats.items() if k != "path"}, **kv}))
         else:
             render.documents(docs, stats, kv)

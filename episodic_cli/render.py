@@ -21,11 +21,12 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from .engine.retrieval.citations import citation
+from .engine.retrieval.citations import citation, place_words
 from .engine.ingest.pipeline import IngestResult
 from .engine.retrieval.retrieve import RetrievedEvent
 from .run_progress import RunProgress
-from .engine.documents.sources import EMPTY_FILE, Skipped
+from .engine.documents.blocks import BLOCK_KINDS
+from .engine.documents.sources import EMPTY_FILE, Skipped, document_format
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False)
@@ -187,6 +188,14 @@ class IngestProgressView:
             count=f"{run.files_done}/{run.files_total} files, {_count(done)}/{approx}{_count(total)} tokens",
             rate=f"{rate:,.0f} tok/s" if rate else "", left=f"ETA {approx}{_duration(run.seconds_left)}")
 
+    def document_reading(self, display_path: str, page: int, pages: int) -> None:
+        """OCR reading a scanned PDF's pages (seconds each), in the current file's bar."""
+        if self.current is None:
+            self.current = self.progress.add_task(display_path[-48:], total=max(pages, 1), completed=0,
+                                                  count="", rate="", left="")
+        self.progress.update(self.current, total=max(pages, 1), completed=page - 1,
+                             count=f"OCR: page {page:,} of {pages:,}")
+
     def document_counting(self, display_path: str, chars_done: int, chars_total: int) -> None:
         """The counting pass before a file's tokens are known: its characters, in the current file's bar."""
         if self.current is None:
@@ -228,6 +237,8 @@ class IngestProgressView:
         if result.status == "ingested":
             err.print(f"[green]✓[/] {escape(result.display_path)}: {result.tokens:,} tokens, {result.events} events, "
                       f"{result.seconds:.1f} s ({result.tokens_per_s:,.0f} tok/s)", soft_wrap=True)
+            if result.note:
+                err.print(f"  [yellow]{escape(result.note)}[/]", soft_wrap=True)
         elif result.status == "unchanged":
             err.print(f"[dim]= {escape(result.display_path)}: unchanged, skipped[/]", soft_wrap=True)
         elif result.status == "skipped" and result.error == EMPTY_FILE:  # an empty __init__.py is not news
@@ -256,12 +267,11 @@ def stream_answer(stream: Iterable[str]) -> str:
     return text
 
 
-def _where(document: str, e) -> str:
+def _where(document: str, kind: str, e) -> str:
     if e.page is not None:
         return f"{document}, p. {e.page}" if e.page_end in (None, e.page) else f"{document}, pp. {e.page}-{e.page_end}"
     if e.line_start is not None:
-        lines = f"line {e.line_start}" if e.line_start == e.line_end else f"lines {e.line_start}-{e.line_end}"
-        return f"{document}, {lines}"
+        return f"{document}, {place_words(kind, e.line_start, e.line_end)}"
     return document
 
 
@@ -292,7 +302,7 @@ def evidence(result) -> None:
             marked += escape(quote[at:a]) + f"[bold yellow]{escape(quote[a:b])}[/]"
             at = b
         marked += escape(quote[at:])
-        out.print(f" [cyan]“[/]{marked}[cyan]”[/]\n   [dim]{escape(_where(r.document.display_path, e))}, event "
+        out.print(f" [cyan]“[/]{marked}[cyan]”[/]\n   [dim]{escape(_where(r.document.display_path, r.document.kind, e))}, event "
                   f"{r.event.id}[/]", soft_wrap=True)
 
 
@@ -336,13 +346,15 @@ def documents(docs, stats: dict, kv: dict) -> None:
         out.print(f"store {escape(str(stats.get('path', '')))} is empty; add files with [bold]epi ingest PATH[/]")
         return
     table = Table(box=None, header_style="bold")
-    for col, just in (("document", "left"), ("kind", "left"), ("pages/lines", "right"), ("tokens", "right"),
+    for col, just in (("document", "left"), ("format", "left"), ("length", "right"), ("tokens", "right"),
                       ("events", "right")):
         table.add_column(col, justify=just)
     for d in docs:
-        extent = f"{d.n_pages} pp." if d.n_pages else (f"{d.n_lines} lines" if d.n_lines else "")
-        kind = f"{d.kind} [yellow](partial)[/]" if d.partial else d.kind  # an ingest of it is running or was cut off
-        table.add_row(escape(d.display_path), kind, extent, f"{d.n_tokens:,}", f"{d.n_events:,}")
+        unit = "\u00b6" if d.kind in BLOCK_KINDS else "lines"  # EPUB, HTML and Word are cited by block
+        extent = f"{d.n_pages} pp." if d.n_pages else (f"{d.n_lines:,} {unit}" if d.n_lines else "")
+        shown = escape(document_format(d.kind, d.display_path))
+        shown = f"{shown} [yellow](partial)[/]" if d.partial else shown  # an ingest of it is running or was cut off
+        table.add_row(escape(d.display_path), shown, extent, f"{d.n_tokens:,}", f"{d.n_events:,}")
     out.print(table)
     out.print(f"\n{stats['n_documents']} documents · {stats['n_events']:,} events · {stats['n_tokens']:,} tokens · "
               f"{_size(stats['disk_bytes'])} on disk · {escape(str(stats.get('path', '')))}")

@@ -149,8 +149,8 @@ def _path_at_by_scan(sections, x):
 def test_the_section_index_finds_what_a_scan_of_every_section_finds():
     rng = random.Random(7)
     heads = [(rng.randrange(0, 5000), rng.randrange(0, 5), "section", None, f"t{i}") for i in range(300)]
-    sections = structure._ranges(heads, 5000)
-    # _ranges: each heading runs to the next one of the same or a lower level at a later offset
+    sections = structure.sections_from_heads(heads, 5000)
+    # sections_from_heads: each heading runs to the next one of the same or a lower level at a later offset
     ordered = sorted(heads, key=lambda h: (h[0], h[1]))
     for (start, level, *_), s in zip(ordered, sections):
         assert s.end == next((h[0] for h in ordered if h[1] <= level and h[0] > start), 5000)

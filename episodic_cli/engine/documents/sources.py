@@ -13,13 +13,17 @@ import logging
 import os
 import re
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pathspec
 
-from . import structure
+from . import page_ocr, structure
+from .blocks import BlockDocument
+from .docx_file import DOCX_EXT, read_docx
+from .epub_file import EPUB_EXT, read_epub
+from .html_file import HTML_EXTS, NotReadable, read_html
 from .text import Text, TextSpool, close_text, count_newlines
 from ..errors import EpiError
 from ..heap import release_free_memory
@@ -30,6 +34,8 @@ from ..heap import release_free_memory
 logging.getLogger("pypdf").addHandler(logging.NullHandler())
 
 MAX_FILE_BYTES = 20 * 1024 * 1024
+# EPUB and Word files are zip archives whose size is mostly pictures: a walk takes them up to this size.
+MAX_PACKAGE_BYTES = 200 * 1024 * 1024
 MAX_JSON_BYTES = 1024 * 1024
 READ_BYTES = 1 << 20  # a file is read and decoded this much at a time
 _SNIFF_BYTES = 8192
@@ -37,10 +43,13 @@ _SNIFF_BYTES = 8192
 TEXT_EXTS = frozenset({".txt", ".md", ".markdown", ".rst", ".org", ".tex"})
 CODE_EXTS = frozenset(
     """.py .pyi .c .h .cc .cpp .hpp .cu .rs .go .java .kt .scala .swift .js .jsx .ts .tsx .mjs .cjs .rb .php
-    .cs .sh .bash .zsh .ps1 .lua .pl .r .jl .sql .html .css .scss .toml .yaml .yml .ini .cfg .json .xml .proto
+    .cs .sh .bash .zsh .ps1 .lua .pl .r .jl .sql .css .scss .toml .yaml .yml .ini .cfg .json .xml .proto
     .cmake .gradle .m .mm .hs .ml .ex .exs .erl .clj .el .vim .dart .zig .nim .f90""".split()
 )
 PDF_EXT = ".pdf"
+# Formats read by a parser of their own (engine/documents/*_file.py) into numbered blocks (blocks.py).
+BLOCK_EXTS = {EPUB_EXT: "epub", DOCX_EXT: "docx", **{ext: "html" for ext in HTML_EXTS}}
+_PACKAGE_EXTS = (EPUB_EXT, DOCX_EXT)
 # Extensionless files worth reading, by lower-cased name; prose docs are "text", build recipes are "code".
 _DOC_NAMES = frozenset(
     "readme license licence copying notice authors contributors contributing changelog changes history "
@@ -56,7 +65,7 @@ SKIP_DIRS = frozenset(
     site-packages .idea .vscode target vendor third_party bower_components .next coverage htmlcov""".split()
 )
 
-_BINARY_HINT = "epi reads PDF, text, Markdown, reST and source code"
+_BINARY_HINT = "epi reads PDF, EPUB, HTML, Word (.docx), text, Markdown, reST and source code"
 # C0 controls other than the whitespace/escape ones real text uses, plus DEL and C1 (a latin-1 decode of binary).
 _CONTROL_RE = re.compile(r"[\x00-\x07\x0e-\x1a\x1c-\x1f\x7f-\x9f]")
 _MULTI_NEWLINE_RE = re.compile(r"\n{3,}")
@@ -84,6 +93,9 @@ class SourceDocument:
     # PDF outline (bookmarks): (level, title, 0-based page) in reading order; None when the PDF has none.
     outline: list[tuple[int, str, int]] | None = None
     text_bytes: int = 0  # the text's size in UTF-8 (what the store will hold of it)
+    # EPUB, HTML and Word: where each numbered block starts and the sections the format itself gives (blocks.py)
+    blocks: BlockDocument | None = None
+    note: str | None = None  # what the user should know about how it was read ("pages 3-9 read by OCR")
     _sections: object | None = field(default=None, init=False, repr=False, compare=False)
     _lines_at: tuple[int, int] = field(default=(0, 0), init=False, repr=False, compare=False)
 
@@ -104,6 +116,8 @@ class SourceDocument:
     def locate(self, char_start: int, char_end: int) -> tuple[int | None, int | None, int | None, int | None]:
         """(page_start, page_end, line_start, line_end), 1-based inclusive, for the span [char_start, char_end)."""
         first, last = self._span_chars(char_start, char_end)
+        if self.blocks is not None:  # block numbers ride in the line columns (BLOCK_KINDS)
+            return None, None, *self.blocks.locate(first, last)
         if self.page_starts is not None:
             # bisect_right: an empty page shares its start offset with the next one, and a character at that
             # offset belongs to the later (non-empty) page.
@@ -170,7 +184,7 @@ def _is_candidate(name: str) -> bool:
         return False
     ext = os.path.splitext(lower)[1]
     if ext:
-        return ext in TEXT_EXTS or ext in CODE_EXTS or ext == PDF_EXT
+        return ext in TEXT_EXTS or ext in CODE_EXTS or ext == PDF_EXT or ext in BLOCK_EXTS
     return lower in _DOC_NAMES or lower in _CODE_NAMES
 
 
@@ -269,13 +283,15 @@ def _walk_dir(directory: Path, top_rel: str, display_rel: str, rules: _Rules) ->
         if size == 0:
             yield Skipped(path, EMPTY_FILE)
             continue
-        if size > MAX_FILE_BYTES:
-            yield Skipped(path, "larger than 20 MB (pass the file explicitly to ingest it anyway)")
+        package = name.lower().endswith(_PACKAGE_EXTS)
+        if size > (MAX_PACKAGE_BYTES if package else MAX_FILE_BYTES):
+            limit = "200 MB" if package else "20 MB"
+            yield Skipped(path, f"larger than {limit} (pass the file explicitly to ingest it anyway)")
             continue
         if name.lower().endswith(".json") and size > MAX_JSON_BYTES:
             yield Skipped(path, "JSON file larger than 1 MB, probably data (pass it explicitly to ingest it)")
             continue
-        if not name.lower().endswith(PDF_EXT):  # PDFs legitimately contain binary streams
+        if not package and not name.lower().endswith(PDF_EXT):  # PDFs and zips legitimately hold binary
             try:
                 with open(path, "rb") as f:
                     head = f.read(_SNIFF_BYTES)
@@ -355,6 +371,21 @@ def discover(paths: Iterable[Path]) -> Iterator[tuple[Path, str] | Skipped]:
 
 # ------------------------------------------------------------------------------------------------- parsing
 
+_FORMAT_NAMES = {"pdf": "PDF", "epub": "EPUB", "html": "HTML", "docx": "Word", ".md": "Markdown",
+                 ".markdown": "Markdown", ".rst": "reST", ".org": "Org", ".tex": "LaTeX"}
+
+
+def document_format(kind: str, path: str) -> str:
+    """The format a stored document was read as, for `epi ls`: "PDF", "EPUB", "HTML", "Word", "Markdown",
+    "reST", "text", or "code (.py)"."""
+    if kind in _FORMAT_NAMES:
+        return _FORMAT_NAMES[kind]
+    ext = os.path.splitext(path.lower())[1]
+    if kind == "code":
+        return f"code ({ext})" if ext else "code"
+    return _FORMAT_NAMES.get(ext, "text")
+
+
 
 def _kind_for(path: Path) -> str:
     ext = path.suffix.lower()
@@ -399,8 +430,29 @@ def _pdf_outline(reader) -> list[tuple[int, str, int]]:
     return found
 
 
-def _read_pdf(file, shown: str, path: Path, spool: TextSpool) -> tuple[list[int], list[tuple[int, str, int]]]:
-    """The pages' text, normalised, written to `spool` with a blank line between pages; (page starts, outline)."""
+def page_ranges(pages: list[int]) -> str:
+    """[3, 4, 5, 9] -> "3-5, 9"."""
+    runs: list[list[int]] = []
+    for p in pages:
+        if runs and p == runs[-1][1] + 1:
+            runs[-1][1] = p
+        else:
+            runs.append([p, p])
+    return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in runs)
+
+
+def _has_images(page) -> bool:
+    try:
+        return len(page.images) > 0
+    except Exception:  # noqa: BLE001 - pypdf raises many types on odd image streams
+        return False
+
+
+def _read_pdf(file, shown: str, path: Path, spool: TextSpool,
+              on_page: Callable[[int, int], None] | None) -> tuple[list[int], list[tuple[int, str, int]], str | None]:
+    """The pages' text, normalised, written to `spool` with a blank line between pages; (page starts, outline, a
+    note on pages read by OCR or left unread). A page with images and no text layer is a scan: OCR reads it when
+    installed (page_ocr.py), and otherwise it is named in the note, never dropped silently."""
     # Imported lazily: only PDF ingestion pays pypdf's import cost.
     from pypdf import PdfReader
     from pypdf.errors import DependencyError
@@ -432,7 +484,9 @@ def _read_pdf(file, shown: str, path: Path, spool: TextSpool) -> tuple[list[int]
     starts: list[int] = []
     failures: list[Exception] = []
     has_text = False
-    for page in pages:
+    scanned: list[int] = []  # 1-based pages with images and no text layer
+    by_ocr: list[int] = []
+    for number, page in enumerate(pages, 1):
         if starts:
             spool.write("\n\n")
         starts.append(spool.n_chars)
@@ -441,15 +495,41 @@ def _read_pdf(file, shown: str, path: Path, spool: TextSpool) -> tuple[list[int]
         except Exception as exc:  # keep physical numbering: a broken page becomes an empty one
             failures.append(exc)
             continue
+        if not text.strip() and _has_images(page):
+            scanned.append(number)
+            try:
+                ocr = page_ocr.available()
+            except page_ocr.OcrModelError as exc:
+                raise SourceError(f"{shown}: {exc}", path) from None
+            if ocr:
+                if on_page is not None:
+                    on_page(number, len(pages))
+                try:
+                    text = _normalise_page(page_ocr.read_page(page))
+                except Exception:  # noqa: BLE001 - an image OCR cannot decode leaves the page unread, and named
+                    text = ""
+                if text.strip():
+                    by_ocr.append(number)
         has_text = has_text or bool(text.strip())
         spool.write(text)
     if len(failures) == len(pages):
         raise SourceError(f"{shown} is not a readable PDF ({_short(failures[0])})", path)
+    unread = [p for p in scanned if p not in by_ocr]
     if not has_text:
-        raise SourceError(
-            f"{shown} has no extractable text (scanned images?); run OCR first, e.g. `ocrmypdf`", path
-        )
-    return starts, _pdf_outline(reader)
+        if unread and not page_ocr.available():
+            raise SourceError(f"{shown}: pages {page_ranges(unread)} have no text layer (scanned images); "
+                              f"{page_ocr.OCR_HINT}", path)
+        if unread:
+            raise SourceError(f"{shown} has no text: OCR found none on its scanned pages ({page_ranges(unread)})",
+                              path)
+        raise SourceError(f"{shown} has no extractable text and no page images; nothing to ingest", path)
+    notes = []
+    if by_ocr:
+        notes.append(f"pages {page_ranges(by_ocr)} read by OCR")
+    if unread:
+        why = "OCR found no text on them" if page_ocr.available() else page_ocr.OCR_HINT
+        notes.append(f"pages {page_ranges(unread)} have no text layer and were not read ({why})")
+    return starts, _pdf_outline(reader), "; ".join(notes) or None
 
 
 class _NotThisCodec(Exception):
@@ -501,11 +581,36 @@ def _decode_into(file, codec: str, refuse_nul: bool, spool: TextSpool, binary: S
     return sha.hexdigest(), newlines + (0 if last == "\n" else 1)
 
 
-def load_document(path: Path, display_path: str | None = None, spool_dir: Path | None = None) -> SourceDocument:
+def _load_blocks(path: Path, shown: str, kind: str, spool_dir: Path | None) -> SourceDocument:
+    """An EPUB, HTML or Word file, read by its own parser into numbered blocks."""
+    try:
+        sha = file_sha256(path)
+        if kind == "epub":
+            blocks = read_epub(path, spool_dir)
+        elif kind == "docx":
+            blocks = read_docx(path, spool_dir)
+        else:
+            blocks = read_html(path.read_bytes(), spool_dir)
+    except NotReadable as exc:
+        raise SourceError(f"{shown}: {exc}", path) from None
+    except FileNotFoundError:
+        raise SourceError(f"{shown}: no such file; check the path", path) from None
+    except PermissionError:
+        raise SourceError(f"{shown}: permission denied; check the file's permissions", path) from None
+    return SourceDocument(path.resolve(), shown, kind, blocks.text, sha, None, None, len(blocks.starts),
+                          text_bytes=blocks.utf8_bytes, blocks=blocks)
+
+
+def load_document(path: Path, display_path: str | None = None, spool_dir: Path | None = None,
+                  on_page: Callable[[int, int], None] | None = None) -> SourceDocument:
     """Read one file into a SourceDocument. The file is read a block at a time and a long text is spooled to a
-    temporary file in `spool_dir` (document_text.py): memory does not grow with the file's size."""
+    temporary file in `spool_dir` (document_text.py): memory does not grow with the file's size. `on_page(page,
+    pages)` is called before each scanned page OCR reads (seconds a page)."""
     path = Path(path)
     shown = display_path if display_path is not None else str(path)
+    block_kind = BLOCK_EXTS.get(path.suffix.lower())
+    if block_kind is not None and not path.is_dir():
+        return _load_blocks(path, shown, block_kind, spool_dir)
     try:
         file = open(path, "rb")
     except FileNotFoundError:
@@ -531,9 +636,9 @@ def load_document(path: Path, display_path: str | None = None, spool_dir: Path |
                 if not has_bytes:
                     raise empty
                 file.seek(0)
-                starts, outline = _read_pdf(file, shown, path, spool)
+                starts, outline, note = _read_pdf(file, shown, path, spool, on_page)
                 return SourceDocument(resolved, shown, "pdf", spool.finish(), sha.hexdigest(), starts, len(starts),
-                                      None, outline or None, text_bytes=spool.utf8_bytes)
+                                      None, outline or None, text_bytes=spool.utf8_bytes, note=note)
             binary = SourceError(f"{shown} looks like a binary file; {_BINARY_HINT}", path)
             if head.startswith((b"\xff\xfe", b"\xfe\xff")):  # UTF-16 with BOM (e.g. Windows PowerShell output)
                 tries = [("utf-16", False)]

@@ -155,7 +155,7 @@ def _line_windows(text: Text, ahead: int = 2) -> Iterator[LineWindow]:
         previous, i = line, i + 1
 
 
-def _ranges(heads: list[tuple[int, int, str, str | None, str]], size: int) -> list[Section]:
+def sections_from_heads(heads: list[tuple[int, int, str, str | None, str]], size: int) -> list[Section]:
     """Headings (offset, level, kind, number, title) -> sections: each runs to the next heading of the same or a
     lower level (a later offset), or to the end of the document. Found walking back from the last heading with the
     nearest later offset of each level: linear in the headings (a long log may have tens of thousands)."""
@@ -225,7 +225,7 @@ def text_headings(text: Text, page_lines: bool = False) -> list[Section]:
     for pos, kind, number, title, style in found:
         level = _prose_level(kind, number, chapters) if style < 0 else style + 1 + (1 if chapters else 0)
         heads.append((pos, level, kind, number, title))
-    return _ranges(heads, len(text))
+    return sections_from_heads(heads, len(text))
 
 
 def markdown_headings(text: Text) -> list[Section]:
@@ -247,7 +247,7 @@ def markdown_headings(text: Text) -> list[Section]:
                 and not _ADORNMENT_RE.match(line.strip()):
             kind, number, title = parse_heading(line, strict=False) or ("section", None, line.strip())
             heads.append((pos, 1 if nxt[0] == "=" else 2, kind, number, title))
-    return _ranges(heads, len(text))
+    return sections_from_heads(heads, len(text))
 
 
 def rst_headings(text: Text) -> list[Section]:
@@ -272,7 +272,7 @@ def rst_headings(text: Text) -> list[Section]:
         kind, number, title = parse_heading(title, strict=False) or ("section", None, title)
         heads.append((at, styles.index(style) + 1, kind, number, title))
         resume_at = i + step
-    return _ranges(heads, len(text))
+    return sections_from_heads(heads, len(text))
 
 
 def outline_sections(text: Text, page_starts: list[int], outline: list[tuple[int, str, int]]) -> list[Section]:
@@ -297,7 +297,7 @@ def outline_sections(text: Text, page_starts: list[int], outline: list[tuple[int
         if number is None and kind == "section" and numbered:  # "2.1 ASN.1 syntax" on the page, "ASN.1 syntax" in the outline
             number, at = numbered.group(1), at - len(before)
         heads.append((at, level, kind, number, name))
-    return _ranges(heads, len(text))
+    return sections_from_heads(heads, len(text))
 
 
 # ------------------------------------------------------------------------------------------------ code
@@ -393,6 +393,8 @@ def regex_symbols(text: Text) -> list[Section]:
 def extract(doc) -> list[Section]:
     """The sections of a sources.SourceDocument (any structure it has; [] when none is found)."""
     ext = doc.path.suffix.lower()
+    if getattr(doc, "blocks", None) is not None:  # EPUB, HTML, Word: the format's own headings or contents
+        return doc.blocks.sections
     if doc.kind == "pdf":
         outline = getattr(doc, "outline", None)
         if outline:

@@ -37,6 +37,7 @@ class IngestResult:
     events: int = 0
     seconds: float = 0.0
     error: str | None = None
+    note: str | None = None  # how it was read, when the user should know ("pages 3-9 read by OCR")
 
     @property
     def tokens_per_s(self) -> float:
@@ -45,7 +46,8 @@ class IngestResult:
     def as_json(self) -> dict:
         return {"path": self.display_path, "tokens": self.tokens, "events": self.events,
                 "seconds": round(self.seconds, 3), "tokens_per_s": round(self.tokens_per_s, 1),
-                "status": self.status, **({"error": self.error} if self.error else {})}
+                "status": self.status, **({"error": self.error} if self.error else {}),
+                **({"note": self.note} if self.note else {})}
 
 
 MB = 2**20
@@ -75,6 +77,7 @@ def is_disk_full(exc: BaseException) -> bool:
 class IngestProgress(Protocol):
     """What the pipeline reports while it works (the CLI draws bars from it; tests may pass a recorder)."""
 
+    def document_reading(self, display_path: str, page: int, pages: int) -> None: ...
     def document_counting(self, display_path: str, chars_done: int, chars_total: int) -> None: ...
     def document_started(self, display_path: str, n_tokens: int, resumed_at: int = 0) -> None: ...
     def tokens_done(self, n: int) -> None: ...
@@ -82,6 +85,7 @@ class IngestProgress(Protocol):
 
 
 class _Silent:
+    def document_reading(self, display_path: str, page: int, pages: int) -> None: ...
     def document_counting(self, display_path: str, chars_done: int, chars_total: int) -> None: ...
     def document_started(self, display_path: str, n_tokens: int, resumed_at: int = 0) -> None: ...
     def tokens_done(self, n: int) -> None: ...
@@ -146,7 +150,8 @@ class Ingestor:
             existing = self.store.find_document(key)
             if existing is not None and not existing.partial and existing.content_sha256 == sha:
                 return IngestResult(key, display_path, "unchanged", existing.n_tokens, existing.n_events)
-            doc = load_document(path, display_path, spool_dir=self.store.path)
+            doc = load_document(path, display_path, spool_dir=self.store.path,
+                                on_page=lambda page, pages: progress.document_reading(display_path, page, pages))
             # counted now (shown: seconds on a large file), tokenized again chunk by chunk in the pass
             tokens = DocumentTokens(self.model, doc.text,
                                     on_count=lambda done, total: progress.document_counting(display_path, done, total))
@@ -161,7 +166,8 @@ class Ingestor:
             resume = document_pass.resumable(existing)
             progress.document_started(display_path, len(tokens), resume[0].window.next_token if resume else 0)
             saved = document_pass.run(resume, existing if resume else None)
-            return IngestResult(key, display_path, "ingested", len(tokens), saved.n_events, time.perf_counter() - start)
+            return IngestResult(key, display_path, "ingested", len(tokens), saved.n_events, time.perf_counter() - start,
+                                note=doc.note)
         except (StoreError, EpiError) as exc:  # SourceError is an EpiError
             self._stop_if_disk_full(exc, doc, len(tokens))
             return IngestResult(key, display_path, "failed", seconds=time.perf_counter() - start,

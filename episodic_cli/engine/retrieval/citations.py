@@ -1,6 +1,7 @@
 """How a retrieved event is cited: document, place in its structure, pages or lines."""
 from __future__ import annotations
 
+from ..documents.blocks import BLOCK_KINDS
 from ..documents.structure import describe as describe_section
 from .retrieve import RetrievedEvent
 
@@ -17,5 +18,13 @@ def citation(r: RetrievedEvent, structure: bool = True) -> str:
         pages = f"p. {ev.page_start}" if ev.page_start == ev.page_end else f"pp. {ev.page_start}-{ev.page_end}"
         return f"{head}, {pages}"
     if ev.line_start is not None:
-        return f"{head}, lines {ev.line_start}-{ev.line_end}"
+        return f"{head}, {place_words(r.document.kind, ev.line_start, ev.line_end)}"
     return head
+
+
+def place_words(kind: str, first: int, last: int | None) -> str:
+    """"lines 3-9" for text and code; "¶ 12-14" (block numbers, documents/blocks.py) for EPUB, HTML and Word."""
+    last = first if last is None else last
+    if kind in BLOCK_KINDS:
+        return f"\u00b6 {first}" if first == last else f"\u00b6 {first}-{last}"
+    return f"line {first}" if first == last else f"lines {first}-{last}"

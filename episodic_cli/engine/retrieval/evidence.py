@@ -22,6 +22,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from ...store.lexical import STOP_WORDS
+from ..documents.blocks import BLOCK_KINDS
 from .retrieve import RetrievedEvent
 
 
@@ -325,8 +326,10 @@ def locate(r: RetrievedEvent, start: int, end: int) -> tuple[int | None, int | N
     text = ev.text
     first, last = _trimmed(text, 0, len(text))
     if ev.line_start is not None:
-        a = ev.line_start + text.count("\n", first, start)
-        b = a + text.count("\n", start, max(end - 1, start))
+        # blocks (EPUB, HTML, Word) are separated by one blank line and hold none (documents/blocks.py)
+        step = "\n\n" if r.document.kind in BLOCK_KINDS else "\n"
+        a = ev.line_start + text.count(step, first, start)
+        b = a + text.count(step, start, max(end - 1, start))
         return None, None, a, b
     if ev.page_start is not None:
         p0, p1 = ev.page_start, ev.page_end if ev.page_end is not None else ev.page_start

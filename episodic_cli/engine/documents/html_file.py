@@ -1,0 +1,76 @@
+"""A saved web page or a page of a built documentation site (.html, .htm) as a block document (blocks.py).
+
+The bytes are decoded by the charset the page declares (a BOM, <meta charset>, or http-equiv), else UTF-8, else
+cp1252; lxml then parses the page and markup_text.py keeps its main content without the navigation around it.
+
+Plain engine module: no terminal output.
+"""
+from __future__ import annotations
+
+import codecs
+import re
+from pathlib import Path
+
+from .blocks import BlockDocument, BlockWriter
+from .markup_text import main_root, write_blocks
+
+HTML_EXTS = frozenset({".html", ".htm", ".xhtml"})
+# A page is read whole by lxml (about ten times its size in memory); a bigger "page" is a data dump, not a document.
+MAX_HTML_BYTES = 20 * 1024 * 1024
+
+_CHARSET_RE = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.I)
+
+
+class NotReadable(Exception):
+    """The page cannot be read; the message is the reason, for sources.py's one line."""
+
+
+def decode(data: bytes) -> str:
+    for bom, codec in ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16")):
+        if data.startswith(bom):
+            return data.decode(codec, errors="replace")
+    m = _CHARSET_RE.search(data[:4096])
+    if m:
+        try:
+            return data.decode(m.group(1).decode("ascii").lower(), errors="replace")
+        except LookupError:
+            pass  # an unknown charset name: guess as below
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.decode("cp1252", errors="replace")
+
+
+def parse(text: str):
+    """The page's element tree (lxml's HTML parser: it recovers from broken markup as browsers do)."""
+    import lxml.html
+
+    # lxml refuses a str that declares its own encoding in an XML prolog; the text is decoded already.
+    text = re.sub(r"^\s*<\?xml[^>]*\?>", "", text, count=1)
+    if not text.strip():
+        raise NotReadable("it holds no markup")
+    try:
+        return lxml.html.document_fromstring(text)
+    except Exception as exc:  # noqa: BLE001 - lxml's parser errors share no useful base
+        raise NotReadable(f"lxml cannot parse it ({' '.join(str(exc).split())[:100]})") from None
+
+
+def read_html(data: bytes, spool_dir: Path | None = None) -> BlockDocument:
+    """The page's main text as blocks; its <title> opens it as a heading when the content has no <h1>."""
+    if len(data) > MAX_HTML_BYTES:
+        raise NotReadable(f"{len(data) / 1e6:.0f} MB of HTML is more than one page holds (epi reads pages up to "
+                          f"{MAX_HTML_BYTES // (1024 * 1024)} MB); save the page's text instead")
+    root = parse(decode(data))
+    content = main_root(root)
+    writer = BlockWriter(spool_dir)
+    try:
+        title = " ".join(" ".join(root.xpath("//title//text()")).split())
+        if title and not content.xpath(".//*[local-name()='h1']"):
+            writer.heading(title, 1)
+        write_blocks(content, writer, skip_chrome=True)
+        if not writer.starts:
+            raise NotReadable("it has no text outside its navigation")
+        return writer.finish()
+    except BaseException:
+        writer.discard()
+        raise
