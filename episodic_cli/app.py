@@ -20,6 +20,7 @@ from .engine.documents.structure import describe as describe_section
 from .engine.errors import EpiError
 from .engine.ingest.document_pass import DEFAULT_COMMIT_EVERY
 from .engine.ingest.segment import REFINE_METHODS, SegmentParams
+from .engine.ingest.watch import plan, watch_changes
 from .engine.kv.blocks import KINDS as KV_KINDS
 from .engine.kv.keeper import DEFAULT_KIND
 from .engine.llama.models import answer_model as chosen_answer_model
@@ -93,7 +94,7 @@ def handle_errors(fn: Callable) -> Callable:
 @app.command()
 @handle_errors
 def ingest(
-    paths: Annotated[list[Path], typer.Argument(help="PDF, text, Markdown or reST files, or folders of code/docs (walked recursively, honouring .gitignore).", show_default=False)],
+    paths: Annotated[list[Path], typer.Argument(help="PDF, EPUB, HTML, Word (.docx), text, Markdown or reST files, or folders of them and of code (walked recursively, honouring .gitignore).", show_default=False)],
     store: StoreOpt = None,
     model: ModelOpt = None,
     threads: ThreadsOpt = None,
@@ -106,6 +107,7 @@ def ingest(
     kv_budget: KVBudgetOpt = None,
     commit_every: Annotated[int, typer.Option(min=1, help="Commit a long document every N events, so that an interrupted ingest resumes from there (run the same command again).")] = DEFAULT_COMMIT_EVERY,
     answer_model: Annotated[Optional[str], typer.Option("--answer-model", help="After reading, prepare this model's KV blocks for the new documents (`epi warm`), so that its answers load them: default the answer model (`qwen-1.5b` when installed, or $EPI_MODEL); `none` skips it (questions then read what they can from text, see `epi ask --cold-seconds`).", show_default=False)] = None,
+    watch: Annotated[bool, typer.Option("--watch", help="After reading, keep watching PATHS: added and changed files are read, removed or renamed ones leave the store with their KV blocks, until Ctrl-C. The store stays locked for other writers meanwhile; the answer model builds blocks for changed files when asked (or `epi warm`).")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Read documents into the store: one llama.cpp pass per file, surprise-segmented events, embeddings.
@@ -140,13 +142,14 @@ def ingest(
     with render.status("loading model and embedder", quiet=as_json):
         st = ws.store_for_writing(params)
         ws.embedder.load(batches=True)  # before the progress bars start
+    changes = watch_changes(paths) if watch else None
+    if changes is not None:
+        next(changes)  # the watcher runs from here on: nothing that changes during the first pass is missed
     results = []
     with ws.ingest_run(st, params, kv_type if kv else None, budget, commit_every) as ingestor:
-        with render.IngestProgressView(found, quiet=as_json) as view:
-            for result in ingestor.ingest(found, view):
-                results.append(result)
-                if as_json:
-                    print(json.dumps(result.as_json()), flush=True)
+        results += ingest_found(ingestor, found, as_json)
+        if changes is not None:
+            follow_changes(st, ingestor, paths, changes, as_json)
     if not as_json:
         render.ingest_summary(results, st.path)
     ws.close()
@@ -156,6 +159,42 @@ def ingest(
         warm_documents(answerer, store, threads, new_docs, as_json)
     if any(r.status == "failed" for r in results) or all(r.status == "skipped" for r in results):
         raise typer.Exit(1)
+
+
+def ingest_found(ingestor, found: list, as_json: bool) -> list:
+    results = []
+    with render.IngestProgressView(found, quiet=as_json) as view:
+        for result in ingestor.ingest(found, view):
+            results.append(result)
+            if as_json:
+                print(json.dumps(result.as_json()), flush=True)
+    return results
+
+
+def follow_changes(st: Store, ingestor, paths: list[Path], changes, as_json: bool) -> None:
+    """`ingest --watch`: each batch of changes read or removed as it comes (engine/ingest/watch.py); Ctrl-C while
+    waiting ends it quietly, during a file as any interrupted ingest does (what was committed is kept)."""
+    render.info(f"watching {', '.join(str(p) for p in paths)} for changes (Ctrl-C stops)")
+    while True:
+        try:
+            touched = next(changes)
+        except (KeyboardInterrupt, StopIteration):
+            render.info("stopped watching")
+            return
+        if not touched:
+            continue
+        batch = plan(st, paths, touched)
+        for key, shown in batch.removed:
+            st.remove_document(key)
+            if as_json:
+                print(json.dumps({"path": shown, "status": "removed"}), flush=True)
+            else:
+                render.info(f"- {shown}: removed (no longer in {', '.join(str(p) for p in paths)})")
+        if batch.removed:
+            st.collect_kv_garbage()  # the removed documents' blocks, in every model's tier
+        if batch.found:
+            ingest_found(ingestor, batch.found, as_json)
+            ingestor.finish_run()
 
 
 def check_doc_globs(st: Store, globs: list[str] | None) -> None:
