@@ -242,3 +242,20 @@ def test_pdf_with_text_and_scanned_pages_names_the_unread_ones(tmp_path, monkeyp
     doc = load_document(mixed)
     assert "real text layer" in doc.text
     assert doc.note.startswith("pages 2-3 have no text layer and were not read")
+
+
+def test_questions_name_the_new_formats_files():
+    from episodic_cli.engine.retrieval import scope
+
+    assert scope.parse("what does guide.html say about fees in book.epub or rules.docx?").files == [
+        "guide.html", "book.epub", "rules.docx"]
+
+
+def test_a_books_numbered_top_level_entries_are_chapters():
+    from episodic_cli.engine.documents.blocks import toc_sections
+
+    entries = [(0, "Cover", 1), (10, "1. Loomings", 1), (20, "III", 1), (30, "Chapter 4: The Gam", 1),
+               (40, "2.1 Rigging", 2), (50, "Epilogue", 1)]
+    assert [(s.kind, s.number, s.title) for s in toc_sections(entries, 100)] == [
+        ("section", None, "Cover"), ("chapter", "1", "Loomings"), ("chapter", "III", ""),
+        ("chapter", "4", "The Gam"), ("section", "2.1", "Rigging"), ("section", None, "Epilogue")]

@@ -15,7 +15,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
 
-from .structure import Section, parse_heading, sections_from_heads
+from .structure import Section, number_value, parse_heading, sections_from_heads
 from .text import Text, TextSpool
 
 # Document kinds whose events record block numbers (in the line columns) instead of lines.
@@ -134,12 +134,20 @@ class BlockWriter:
 
 def toc_sections(entries: list[tuple[int, str, int]], size: int) -> list[Section]:
     """Table-of-contents entries (offset, title, nesting level from 1) as sections; a title that names a chapter or
-    part ("Chapter 3: The Betrayal", "PART II") keeps its kind and number so questions can scope to it."""
+    part ("Chapter 3: The Betrayal", "PART II") keeps its kind and number so questions can scope to it. A book's
+    top-level entries are its chapters, so a numbered one there ("1. Loomings", "III", "12") is a chapter too."""
+    top = min((level for _, title, level in entries if title.strip()), default=1)
     heads = []
     for at, title, level in entries:
         title = " ".join(title.split())
         if not title:
             continue
         kind, number, name = parse_heading(title, strict=False) or ("section", None, title)
+        if level == top and kind == "section":
+            bare = number_value(title.rstrip("."))
+            if number is not None and "." not in number:
+                kind = "chapter"
+            elif number is None and bare is not None and bare.isdigit():
+                kind, number, name = "chapter", title.rstrip("."), ""
         heads.append((at, level, kind, number, name))
     return sections_from_heads(heads, size)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from ...store import Store
 from ...store.lexical import STOP_WORDS
 from ..errors import EpiError
-from ..documents.sources import CODE_EXTS, PDF_EXT, TEXT_EXTS
+from ..documents.sources import BLOCK_EXTS, CODE_EXTS, PDF_EXT, TEXT_EXTS
 from ..documents.structure import CODE_KINDS, NUMBER_ALT, ORDINAL_WORDS, all_paths, decode, number_value
 
 _ORDINALS = "|".join(ORDINAL_WORDS[1:]) + r"|\d{1,3}(?:st|nd|rd|th)"
@@ -36,7 +36,7 @@ _SECTION_RE = re.compile(r"(?:\b(?:sections?|sect\.|sec\.)\s*|§\s*)(?P<num>\d{1
                          rf"|\bsections?\s+(?P<word>{'|'.join(w for w in NUMBER_ALT.split('|')[2:])})\b", re.I)
 _PAGE_RE = re.compile(r"\b(?:pages?|pp?\.)\s*(?P<a>\d{1,5}|" + "|".join(NUMBER_ALT.split("|")[2:]) + r")\b"
                       r"(?:\s*(?:-|–|to|through|and)\s*(?P<b>\d{1,5})\b)?", re.I)
-_EXTS = sorted({e.lstrip(".") for e in CODE_EXTS | TEXT_EXTS | {PDF_EXT}}, key=len, reverse=True)
+_EXTS = sorted({e.lstrip(".") for e in CODE_EXTS | TEXT_EXTS | set(BLOCK_EXTS) | {PDF_EXT}}, key=len, reverse=True)
 _FILE_RE = re.compile(r"(?<![\w/.-])(?P<file>[\w./-]*[\w-]\.(?:" + "|".join(_EXTS) + r"))(?![\w])", re.I)
 _DOTTED_RE = re.compile(r"\b(?P<sym>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)(?P<call>\(\))?")
 _CALL_RE = re.compile(r"\b(?P<sym>[A-Za-z_]\w*)\(\)")
