@@ -117,11 +117,12 @@ def make_docx(path: Path, title: str, sections: list[tuple[str, list[str]]], tab
     return path
 
 
-def make_scanned_pdf(path: Path, pages: list[str]) -> Path:
-    """A PDF whose pages are pictures of text, with no text layer: what a scanner makes."""
+def make_scanned_pdf(path: Path, pages: list[str], font: str | None = None) -> Path:
+    """A PDF whose pages are pictures of text, with no text layer: what a scanner makes. `font`: a TrueType file
+    (Pillow's default font otherwise)."""
     from PIL import Image, ImageDraw, ImageFont
 
-    font = ImageFont.load_default(size=28)
+    font = ImageFont.truetype(font, 28) if font else ImageFont.load_default(size=28)
     images = []
     for text in pages:
         image = Image.new("L", (1240, 1754), 255)  # A4 at 150 dpi

@@ -10,6 +10,7 @@ from importlib import metadata
 
 from .. import __version__
 from ..store import Store, StoreError
+from .documents import page_ocr
 from .errors import EpiError
 from .kv.keys import k_shift_left_to_llama_cpp, rope_params
 from .llama.backend import LlamaModel, default_threads, gpu_offload_supported, llama_cpp_version, system_info
@@ -74,6 +75,16 @@ def bundled_model_row(model: BundledModel, verify: bool, repair: bool) -> tuple[
     return (label, f"{damage}; run `epi doctor --repair` to assemble it again", False)
 
 
+def ocr_row() -> tuple[str, str, bool | None]:
+    """OCR for scanned PDF pages: an optional extra, so its absence is news, not a fault."""
+    try:
+        if not page_ocr.available():
+            return ("ocr", f"not installed: scanned PDF pages are named at ingest, not read; {page_ocr.OCR_HINT}", None)
+    except page_ocr.OcrModelError as exc:
+        return ("ocr", str(exc), False)
+    return ("ocr", f"RapidOCR {_version('rapidocr-onnxruntime')}, models' SHA-256 checked", True)
+
+
 def _version(dist: str) -> str:
     try:
         return metadata.version(dist)
@@ -92,9 +103,10 @@ def collect(model: str | None, store: str | None, verify_blocks: bool = True, re
         # epi's patched build carries a local label (0.3.36+epi2): the same release, built with the patches
         ("llama-cpp-python", llama_cpp_version(), llama_cpp_version().split("+")[0] == PINNED_LLAMA_CPP),
     ]
-    for dist in ("torch", "sentence-transformers", "hnswlib", "pypdf"):
+    for dist in ("torch", "sentence-transformers", "hnswlib", "pypdf", "ebooklib", "python-docx", "lxml", "watchfiles"):
         v = _version(dist)
         rows.append((dist, v, v != "not installed"))
+    rows.append(ocr_row())
     info = system_info()
     features = [part.split(" = ")[0].split(":")[-1].strip() for part in info.split("|") if part.strip().endswith("= 1")]
     rows += [

@@ -25,6 +25,11 @@ MODEL_SHA256 = {
 }
 
 
+# How RapidOCR is run: without its angle classifier, which turned upright lines upside down and lost them (words
+# read back 83.7% -> 87.7% on real pages not used to choose it; bench/ocr_quality.py, docs/benchmarks.md "Formats").
+SETTINGS = {"use_cls": False}
+
+
 class OcrModelError(EpiError):
     """An OCR model file is missing or is not the one the pinned package ships."""
 
@@ -97,7 +102,7 @@ def read_page(page) -> str:
             continue
         if picture.mode not in ("RGB", "L"):
             picture = picture.convert("RGB")
-        found, _ = engine(np.asarray(picture.convert("RGB")))
+        found, _ = engine(np.asarray(picture.convert("RGB")), **SETTINGS)
         text = _lines(found)
         if text:
             texts.append(text)
