@@ -49,7 +49,12 @@ def load_sets(folder: Path) -> list[dict]:
 
 
 def resolve(document: str) -> Path:
-    """A path, or `python-package:NAME` for an installed package's source folder (the code set)."""
+    """A path, `python-package:NAME` for an installed package's source folder (the code set), or
+    `epub-from-mdbook:BOOK_DIR:ch08,ch09` for an EPUB built from a local mdBook's chapters (bench/mdbook_epub.py)."""
+    if document.startswith("epub-from-mdbook:"):
+        import mdbook_epub
+
+        return mdbook_epub.resolve(document, cache_dir() / "heldout-built")
     if document.startswith("python-package:"):
         spec = importlib.util.find_spec(document.split(":", 1)[1])
         return Path(spec.origin).parent if spec and spec.origin else Path(document)
