@@ -259,3 +259,21 @@ def test_a_books_numbered_top_level_entries_are_chapters():
     assert [(s.kind, s.number, s.title) for s in toc_sections(entries, 100)] == [
         ("section", None, "Cover"), ("chapter", "1", "Loomings"), ("chapter", "III", ""),
         ("chapter", "4", "The Gam"), ("section", "2.1", "Rigging"), ("section", None, "Epilogue")]
+
+
+def test_a_page_with_nothing_to_read_is_skipped_not_failed(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    make_html(site / "guide.html", "Guide", [("Moorings", ["A mooring at the east pier costs 42 crowns a night."])])
+    # a built docs site's search page: navigation and a script, no content
+    (site / "search.html").write_text('<html><body><nav class="sidebar"><a href="guide.html">Guide to the harbour'
+                                      '</a></nav><main><script>search()</script></main></body></html>', "utf-8")
+    store = tmp_path / "store"
+    result = invoke("ingest", site, "--store", store, "--json")
+    assert result.exit_code == 0, result.output
+    records = {json.loads(x)["path"].rsplit("/", 1)[-1]: json.loads(x) for x in result.stdout.splitlines()}
+    assert records["guide.html"]["status"] == "ingested"
+    assert records["search.html"]["status"] == "skipped" and "no text outside its navigation" in \
+        records["search.html"]["error"]
+    alone = invoke("ingest", site / "search.html", "--store", store)
+    assert alone.exit_code == 1 and "no text outside its navigation" in alone.stderr

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 
-from conftest import prose_lines
+from conftest import prose_lines, tier_block_paths
 
 WAIT_S = 180  # a change is debounced (0.8 s), then read by the 135M model: seconds on 2 busy cores
 
@@ -75,9 +75,11 @@ def test_watch_follows_additions_edits_renames_and_removals(tmp_path):
         w.expect(("a.txt", "removed"), ("c.txt", "ingested"))
         assert stored(store) == {"b.md": "complete", "c.txt": "complete"}
 
+        blocks_before = len(tier_block_paths(store))
         (docs / "b.md").unlink()
         w.expect(("b.md", "removed"))
         assert stored(store) == {"c.txt": "complete"}
+        assert 0 < len(tier_block_paths(store)) < blocks_before  # b.md's KV blocks went with it
         (docs / "ignored.bin").write_bytes(b"\x00\x01" * 100)  # not a document: nothing happens
         time.sleep(3)
         assert w.records.empty()

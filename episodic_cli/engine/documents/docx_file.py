@@ -12,7 +12,7 @@ import zipfile
 from pathlib import Path
 
 from .blocks import BlockDocument, BlockWriter
-from .html_file import NotReadable
+from .html_file import NoText, NotReadable
 
 DOCX_EXT = ".docx"
 _HEADING_RE = re.compile(r"heading\s*(\d)$", re.I)
@@ -56,7 +56,7 @@ def read_docx(path: Path, spool_dir: Path | None = None) -> BlockDocument:
             else:
                 writer.heading(part.text, level)
         if not writer.starts:
-            raise NotReadable("it has no text")
+            raise NoText("no text in it")
         return writer.finish()
     except BaseException:
         writer.discard()

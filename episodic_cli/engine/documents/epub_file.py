@@ -16,7 +16,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from .blocks import BlockDocument, BlockWriter, toc_sections
-from .html_file import NotReadable, decode, parse
+from .html_file import NoText, NotReadable, decode, parse
 from .markup_text import write_blocks
 
 EPUB_EXT = ".epub"
@@ -106,7 +106,7 @@ def read_epub(path: Path, spool_dir: Path | None = None) -> BlockDocument:
             body = root.xpath("//*[local-name()='body']")
             write_blocks(body[0] if body else root, writer, anchor_prefix=name)
         if not writer.starts:
-            raise NotReadable("it has no text in its chapters (a book of images only?)")
+            raise NoText("no text in its chapters (a book of images only?)")
         entries = []
         for href, title, level in _flatten_toc(book.toc):
             file, _, fragment = unquote(href).partition("#")

@@ -25,6 +25,11 @@ class NotReadable(Exception):
     """The page cannot be read; the message is the reason, for sources.py's one line."""
 
 
+class NoText(NotReadable):
+    """A well-formed file with nothing to read: a docs site's search page, a book of pictures. Normal in a folder,
+    so it is skipped with its reason, not failed."""
+
+
 def decode(data: bytes) -> str:
     for bom, codec in ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16")):
         if data.startswith(bom):
@@ -69,7 +74,7 @@ def read_html(data: bytes, spool_dir: Path | None = None) -> BlockDocument:
             writer.heading(title, 1)
         write_blocks(content, writer, skip_chrome=True)
         if not writer.starts:
-            raise NotReadable("it has no text outside its navigation")
+            raise NoText("no text outside its navigation (a search or index page?)")
         return writer.finish()
     except BaseException:
         writer.discard()

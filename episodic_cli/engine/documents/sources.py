@@ -23,7 +23,7 @@ from . import page_ocr, structure
 from .blocks import BlockDocument
 from .docx_file import DOCX_EXT, read_docx
 from .epub_file import EPUB_EXT, read_epub
-from .html_file import HTML_EXTS, NotReadable, read_html
+from .html_file import HTML_EXTS, NoText, NotReadable, read_html
 from .text import Text, TextSpool, close_text, count_newlines
 from ..errors import EpiError
 from ..heap import release_free_memory
@@ -78,6 +78,11 @@ class SourceError(EpiError):
     def __init__(self, message: str, path: Path | None = None) -> None:
         super().__init__(message)
         self.path = path
+
+
+class NothingToRead(SourceError):
+    """A well-formed document with no text (a docs site's search page): skipped with the reason, like an empty file
+    in a folder, not a failure."""
 
 
 @dataclass
@@ -591,6 +596,8 @@ def _load_blocks(path: Path, shown: str, kind: str, spool_dir: Path | None) -> S
             blocks = read_docx(path, spool_dir)
         else:
             blocks = read_html(path.read_bytes(), spool_dir)
+    except NoText as exc:
+        raise NothingToRead(str(exc), path) from None
     except NotReadable as exc:
         raise SourceError(f"{shown}: {exc}", path) from None
     except FileNotFoundError:

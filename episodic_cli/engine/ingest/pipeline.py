@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ...store import DocumentRecord, Store, StoreError
-from ..documents.sources import Skipped, SourceDocument, file_sha256, load_document
+from ..documents.sources import NothingToRead, Skipped, SourceDocument, file_sha256, load_document
 from ..embed.embedder import Embedder
 from ..errors import EpiError
 from ..kv.keeper import BlockKeeper
@@ -150,8 +150,11 @@ class Ingestor:
             existing = self.store.find_document(key)
             if existing is not None and not existing.partial and existing.content_sha256 == sha:
                 return IngestResult(key, display_path, "unchanged", existing.n_tokens, existing.n_events)
-            doc = load_document(path, display_path, spool_dir=self.store.path,
-                                on_page=lambda page, pages: progress.document_reading(display_path, page, pages))
+            try:
+                doc = load_document(path, display_path, spool_dir=self.store.path,
+                                    on_page=lambda page, pages: progress.document_reading(display_path, page, pages))
+            except NothingToRead as exc:
+                return IngestResult(key, display_path, "skipped", error=str(exc))
             # counted now (shown: seconds on a large file), tokenized again chunk by chunk in the pass
             tokens = DocumentTokens(self.model, doc.text,
                                     on_count=lambda done, total: progress.document_counting(display_path, done, total))
