@@ -4,6 +4,7 @@ one line each with the store unchanged."""
 from __future__ import annotations
 
 import json
+import os
 import zipfile
 
 import pytest
@@ -277,3 +278,16 @@ def test_a_page_with_nothing_to_read_is_skipped_not_failed(tmp_path):
         records["search.html"]["error"]
     alone = invoke("ingest", site / "search.html", "--store", store)
     assert alone.exit_code == 1 and "no text outside its navigation" in alone.stderr
+
+
+def test_a_built_docs_site_reads_its_pages_not_its_machinery(tmp_path):
+    site = tmp_path / "html"
+    (site / "_static").mkdir(parents=True)
+    (site / "_sources").mkdir()
+    make_html(site / "index.html", "Harbour", [("Moorings", ["A mooring costs 42 crowns a night."])])
+    (site / "_static" / "theme.js").write_text("function toggle() { return 1; }\n", "utf-8")
+    (site / "_sources" / "index.rst.txt").write_text("Harbour\n=======\n\nA mooring costs 42 crowns.\n", "utf-8")
+    (site / "searchindex.js").write_text('Search.setIndex({"docnames": ["index"]})\n', "utf-8")
+    (site / "genindex.html").write_text("<html><body><main><h1>Index</h1><p>mooring</p></main></body></html>", "utf-8")
+    found = [shown for item in discover([site]) if isinstance(item, tuple) for shown in [item[1]]]
+    assert [os.path.basename(f) for f in found] == ["index.html"]

@@ -59,10 +59,13 @@ _CODE_NAMES = frozenset(
     "makefile gnumakefile dockerfile containerfile vagrantfile jenkinsfile procfile gemfile rakefile "
     "brewfile justfile".split()
 )
-_LOCK_NAMES = frozenset({"package-lock.json", "npm-shrinkwrap.json", "pnpm-lock.yaml"})
+_LOCK_NAMES = frozenset({"package-lock.json", "npm-shrinkwrap.json", "pnpm-lock.yaml",
+                         # a built documentation site's generated indexes: lists of every name, not text to read
+                         "searchindex.js", "genindex.html", "py-modindex.html"})
 SKIP_DIRS = frozenset(
     """.git .hg .svn node_modules .venv venv env __pycache__ .mypy_cache .pytest_cache .tox .nox dist build
-    site-packages .idea .vscode target vendor third_party bower_components .next coverage htmlcov""".split()
+    site-packages .idea .vscode target vendor third_party bower_components .next coverage htmlcov
+    _static _sources""".split()  # a Sphinx site's scripts and styles, and the copies of its pages' sources
 )
 
 _BINARY_HINT = "epi reads PDF, EPUB, HTML, Word (.docx), text, Markdown, reST and source code"
