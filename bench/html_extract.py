@@ -102,7 +102,8 @@ def main() -> None:
     args = ap.parse_args()
     extractors = {"epi": epi_extract, "trafilatura": trafilatura_extract}
     results: dict = {"pages_per_site": args.pages, "sites": {}}
-    print(f"{'site':<20} {'extractor':<12} {'pages':>5} {'text':>6} {'heads':>6} {'code':>6} {'chrome':>7} {'ms/page':>8}")
+    print(f"{'site':<20} {'extractor':<12} {'pages':>5} {'text':>6} {'heads':>6} {'code':>6} {'chrome':>7} "
+          f"{'ms/page':>8}")
     for site, (pattern, content_xpath, nav_xpath) in SITES.items():
         pages = []
         for path in sorted(glob.glob(pattern)):

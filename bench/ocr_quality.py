@@ -122,7 +122,8 @@ def main() -> None:
             for name, settings in configs.items():
                 r = measure(pages, settings)
                 results["sets"][set_name][name] = r
-                print(f"{set_name:<9} {name:<26} {r['pages']:>5} {r['word_recall']:>6.1%} {r['pages_per_minute']:>10.1f}")
+                print(f"{set_name:<9} {name:<26} {r['pages']:>5} {r['word_recall']:>6.1%} "
+                      f"{r['pages_per_minute']:>10.1f}")
     args.out.write_text(json.dumps(results, indent=1) + "\n")
     print(f"written {args.out}")
 

@@ -36,7 +36,8 @@ def make_epub(path: Path, chapters: list[tuple[str, list[str]]], toc: str = "nav
         nav_items = "\n".join(f'<li><a href="{name}#h{cid}">{escape(title)}</a></li>'
                               for name, cid, title, _ in files)
         nav = f"""<?xml version="1.0" encoding="utf-8"?>
-<html xmlns="http://www.w3.org/1999/xhtml" xmlns:epub="http://www.idpf.org/2007/ops"><head><title>Contents</title></head>
+<html xmlns="http://www.w3.org/1999/xhtml" xmlns:epub="http://www.idpf.org/2007/ops">
+<head><title>Contents</title></head>
 <body><nav epub:type="toc" id="toc"><h1>Contents</h1><ol>{nav_items}</ol></nav></body></html>"""
         opf = f"""<?xml version="1.0" encoding="utf-8"?>
 <package xmlns="http://www.idpf.org/2007/opf" version="3.0" unique-identifier="id">
@@ -50,7 +51,8 @@ def make_epub(path: Path, chapters: list[tuple[str, list[str]]], toc: str = "nav
         points = "\n".join(f"""<navPoint id="np{i}" playOrder="{i}"><navLabel><text>{escape(title)}</text></navLabel>
 <content src="{name}"/></navPoint>""" for i, (name, _cid, title, _) in enumerate(files, 1))
         ncx = f"""<?xml version="1.0" encoding="utf-8"?>
-<ncx xmlns="http://www.daisy.org/z3986/2005/ncx/" version="2005-1"><head><meta name="dtb:uid" content="test-book"/></head>
+<ncx xmlns="http://www.daisy.org/z3986/2005/ncx/" version="2005-1">
+<head><meta name="dtb:uid" content="test-book"/></head>
 <docTitle><text>Test Book</text></docTitle><navMap>{points}</navMap></ncx>"""
         opf = f"""<?xml version="1.0" encoding="utf-8"?>
 <package xmlns="http://www.idpf.org/2007/opf" version="2.0" unique-identifier="id">

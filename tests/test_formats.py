@@ -202,8 +202,9 @@ def test_bad_files_are_one_line_and_the_store_is_kept(tmp_path, monkeypatch, cas
         with zipfile.ZipFile(bad, "w") as zf:
             zf.writestr("photo.txt", "not a book")
     elif case == "drm":
-        bad, needle = make_epub(tmp_path / "bought.epub", chapters(), encrypt="http://www.w3.org/2001/04/xmlenc#aes128-cbc"), \
-            "protected by DRM (OEBPS/ch01.xhtml is encrypted)"
+        aes = "http://www.w3.org/2001/04/xmlenc#aes128-cbc"
+        bad = make_epub(tmp_path / "bought.epub", chapters(), encrypt=aes)
+        needle = "protected by DRM (OEBPS/ch01.xhtml is encrypted)"
     elif case == "truncated-docx":
         whole = make_docx(tmp_path / "whole.docx", "T", [("H", ["Text of the document."])]).read_bytes()
         bad, needle = tmp_path / "cut.docx", "not a readable Word file"

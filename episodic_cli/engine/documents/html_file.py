@@ -31,7 +31,8 @@ class NoText(NotReadable):
 
 
 def decode(data: bytes) -> str:
-    for bom, codec in ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16")):
+    boms = ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+    for bom, codec in boms:
         if data.startswith(bom):
             return data.decode(codec, errors="replace")
     m = _CHARSET_RE.search(data[:4096])
