@@ -22,6 +22,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from . import schema
+from .damage import DamageAwareConnection
 from .index import DenseIndex
 from .kv_tier import BLOCK_KINDS, KVSpace, block_key
 from .lexical import PLACE_WEIGHT, fts5_document, fts5_query, place_text
@@ -32,6 +33,7 @@ from .records import (
     DocumentRecord,
     EventRecord,
     StoreBusyError,
+    StoreDamagedError,
     StoreError,
     StoreIdentity,
     StoreMismatchError,
@@ -111,7 +113,8 @@ def _event(row: tuple) -> EventRecord:
 
 def _connect(path: Path) -> sqlite3.Connection:
     # Autocommit mode: transactions are explicit (BEGIN IMMEDIATE) so their boundaries are exactly ours.
-    conn = sqlite3.connect(path / DB_NAME, isolation_level=None, timeout=10.0)
+    conn = sqlite3.connect(path / DB_NAME, isolation_level=None, timeout=10.0, factory=DamageAwareConnection)
+    conn.store_path = path
     try:
         conn.execute("PRAGMA foreign_keys=ON")
         conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
@@ -703,7 +706,7 @@ class Store:
             problems.append(f"SQLite integrity_check failed: {'; '.join(result[:5])}; re-ingest into --store NEW.")
         try:
             self._conn.execute("INSERT INTO events_fts(events_fts) VALUES ('integrity-check')")
-        except sqlite3.DatabaseError as e:
+        except (sqlite3.DatabaseError, StoreDamagedError) as e:  # a corrupt FTS5 table is SQLITE_CORRUPT_VTAB
             problems.append(f"lexical index (FTS5) check failed ({e}); re-ingest into --store NEW.")
         n_fts, n_unindexed = self._conn.execute(
             "SELECT (SELECT COUNT(*) FROM events_fts), "

@@ -32,6 +32,10 @@ class StoreBusyError(StoreError):
     """Another process is writing this store."""
 
 
+class StoreDamagedError(StoreError):
+    """SQLite found the store's database file damaged (a malformed page): the command stops, nothing is changed."""
+
+
 @dataclass(frozen=True)
 class StoreIdentity:
     """What the archive is bound to: only the embedder (its vectors are the dense index). The language model that cut

@@ -9,7 +9,9 @@ from contextlib import AbstractContextManager, nullcontext
 from importlib import metadata
 
 from .. import __version__
-from ..store import Store, StoreError
+from ..store import Store, StoreDamagedError, StoreError
+from ..store.damage import readable_parts
+from ..store.episodic_store import DB_NAME
 from .errors import EpiError
 from .kv.keys import k_shift_left_to_llama_cpp, rope_params
 from .llama.backend import LlamaModel, default_threads, gpu_offload_supported, llama_cpp_version, system_info
@@ -127,7 +129,7 @@ def collect(model: str | None, store: str | None, verify_blocks: bool = True, re
     except Exception as exc:  # noqa: BLE001 - any failure here is what doctor must report, not raise
         rows.append(("embedder", f"failed to load: {exc}", False))
     path = store_path(store)
-    if not (path / "store.sqlite3").exists():
+    if not (path / DB_NAME).exists():
         rows.append(("store", f"{path} does not exist yet (created by `epi ingest`)", None))
         return rows
     try:
@@ -144,8 +146,21 @@ def collect(model: str | None, store: str | None, verify_blocks: bool = True, re
                 rows.append(("store embedder", str(exc), False))
             if verify_blocks:
                 rows.append(_kv_block_row(st, repair, progress))
+    except StoreDamagedError as exc:
+        rows += damaged_store_rows(path, exc, repair)
     except StoreError as exc:
         rows.append(("store", str(exc), False))
+    return rows
+
+
+def damaged_store_rows(path, exc: StoreDamagedError, repair: bool) -> list[tuple[str, str, bool | None]]:
+    """A damaged database: what SQLite said, what can still be read, and what to do (doctor never rewrites it)."""
+    rows: list[tuple[str, str, bool | None]] = [
+        ("store", f"{path}: the database file is damaged ({exc.__cause__ or exc}); nothing was changed", False)]
+    rows += [("store readable", line, None) for line in readable_parts(path, DB_NAME)]
+    not_repaired = "--repair does not rewrite a damaged database: " if repair else ""
+    rows.append(("store repair", f"{not_repaired}re-ingest the documents into --store NEW (`epi ls` and `epi show` "
+                                 "still read what is listed as readable here)", False))
     return rows
 
 
