@@ -449,6 +449,26 @@ class Store:
 
     # ------------------------------------------------------------------------------------------ dense index
 
+    def index_differences(self, sample: int | None = None) -> tuple[int, list[int]]:
+        """Compare the index file's vectors with SQLite's embeddings, every event or a random `sample` of them:
+        (events compared, ids whose vector differs). The label sets already match (`_sync_index`); this finds what
+        keeps them matching while changing answers: labels swapped between elements, a vector overwritten."""
+        ids = np.fromiter(sorted(self._sqlite_event_ids()), dtype=np.int64)
+        if sample is not None and len(ids) > sample:
+            ids = np.sort(np.random.default_rng().choice(ids, size=sample, replace=False))
+        differing: list[int] = []
+        for start in range(0, len(ids), REBUILD_BATCH):
+            found, vectors = self._vectors_of([int(i) for i in ids[start : start + REBUILD_BATCH]])
+            differing += self._index.differing(found, vectors)
+        return len(ids), differing
+
+    def rebuild_index(self) -> None:
+        """Rebuild the index file from SQLite's embeddings (doctor --repair), under the writer lock."""
+        with self.writer():
+            self._index = self._rebuild_index()
+            self._index_loaded = True
+            self._save_index()
+
     def _sqlite_event_ids(self) -> set[int]:
         return {r[0] for r in self._conn.execute("SELECT id FROM events")}
 

@@ -8,6 +8,7 @@ import shutil
 import sqlite3
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -83,3 +84,56 @@ def test_a_malformed_documents_page_is_one_line_from_ls_and_doctor_says_what_is_
     assert result.exit_code == 1 and "Traceback" not in result.output, result.output
     assert "the list of documents is unreadable" in flat(result.stdout)
     assert digest(store / "store.sqlite3") == before
+
+
+# ------------------------------------------------------------------------------------------ the dense index
+
+
+def damage_index(path: Path) -> tuple[int, int, int]:
+    """Swap the labels of the first two elements of an hnswlib file and negate the third's vector: same size, same
+    label set (issue 30, 3). Returns the three labels."""
+    import struct
+
+    data = bytearray(path.read_bytes())
+    offset_level0, _, count, per_element, label_offset, data_offset = struct.unpack_from("<6Q", data, 0)
+    assert count >= 3
+    dim = (label_offset - data_offset) // 4
+    base = 96 + offset_level0  # the header (6 size_t, int, uint32, 3 size_t, double, size_t) is 96 bytes
+
+    def at(i: int, field: int) -> int:
+        return base + i * per_element + field
+
+    labels = [struct.unpack_from("<Q", data, at(i, label_offset))[0] for i in range(3)]
+    struct.pack_into("<Q", data, at(0, label_offset), labels[1])
+    struct.pack_into("<Q", data, at(1, label_offset), labels[0])
+    vec = np.frombuffer(bytes(data[at(2, data_offset) : at(2, data_offset) + 4 * dim]), dtype=np.float32)
+    data[at(2, data_offset) : at(2, data_offset) + 4 * dim] = (-vec).tobytes()
+    path.write_bytes(bytes(data))
+    return labels[0], labels[1], labels[2]
+
+
+def nearest_to_own_vectors(store: Path, ids) -> list[int]:
+    """For each event, the event the store's dense search finds nearest its own embedding (itself when intact)."""
+    from episodic_cli.store import Store
+
+    with Store.open_existing(store) as st:
+        _, vectors = st._vectors_of(list(ids))
+        return [st.search_dense(v, 1)[0][0] for v in vectors]
+
+
+def test_a_damaged_index_with_the_same_labels_is_named_by_doctor_and_repair_rebuilds_it(shared_store, tmp_path):
+    store = copy_store(shared_store, tmp_path)
+    swapped = damage_index(store / "index.hnsw")
+    assert nearest_to_own_vectors(store, swapped) != list(swapped)  # the damage changes what a question finds
+    for quick in ([], ["--quick"]):
+        result = invoke("doctor", *quick, "--store", store)
+        out = flat(result.stdout)
+        assert result.exit_code == 1, out
+        assert "3 of" in out and "differ from the embeddings in SQLite" in out and "epi doctor --repair" in out, out
+        assert all(f"event {i} of " in out for i in swapped), out
+    assert "(a random sample: --quick)" in out
+    repaired = invoke("doctor", "--quick", "--repair", "--store", store)
+    assert repaired.exit_code == 0 and "rebuilt it from SQLite" in flat(repaired.stdout), repaired.stdout
+    assert nearest_to_own_vectors(store, swapped) == list(swapped)
+    after = invoke("doctor", "--quick", "--store", store)
+    assert after.exit_code == 0 and "match the embeddings in SQLite" in flat(after.stdout)
