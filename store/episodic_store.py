@@ -668,7 +668,16 @@ class Store:
             self._set_meta("kv_block_kind", kind)
 
     def kv_space(self) -> KVSpace:
-        return KVSpace(self.path / KV_DIR, self.kv_budget)
+        """The KV tiers; their writers read the budget from the database at each write (see change_kv_budget)."""
+        return KVSpace(self.path / KV_DIR, lambda: self.kv_budget)
+
+    def change_kv_budget(self, n_bytes: int) -> int:
+        """Record a new KV budget, evicting least recently used blocks down to it first, under the KV space's lock
+        that every block write takes: a writer running meanwhile (another process's answer) keeps to the new budget
+        from its next block on, and the files never exceed the budget in force. Bytes evicted."""
+        if n_bytes < 0:
+            raise ValueError("the KV budget cannot be negative")
+        return self.kv_space().change_budget(n_bytes, self.set_kv_budget)
 
     def live_block_keys(self) -> set[bytes]:
         """The block key of every event in the archive: what a tier may keep (kv_tier.identity.block_key)."""

@@ -147,6 +147,7 @@ def collect(model: str | None, store: str | None, verify_blocks: bool = True, re
             except StoreError as exc:
                 rows.append(("store embedder", str(exc), False))
             rows.append(_index_row(st, sample=None if verify_blocks else INDEX_SAMPLE, repair=repair))
+            rows.append(_kv_budget_row(st, repair))
             if verify_blocks:
                 rows.append(_kv_block_row(st, repair, progress))
     except StoreDamagedError as exc:
@@ -186,6 +187,25 @@ def _index_row(st: Store, sample: int | None, repair: bool) -> tuple[str, str, b
         return ("dense index", f"{found}; rebuilt it from SQLite", True)
     return ("dense index", f"{found}: questions would find the wrong events. Run `epi doctor --repair` to rebuild it",
             False)
+
+
+def _mb(n_bytes: int) -> str:
+    return f"{n_bytes / 1e6:,.1f} MB"
+
+
+def _kv_budget_row(st: Store, repair: bool) -> tuple[str, str, bool]:
+    """Whether the KV tiers' files fit the store's budget: writers keep to it, but files copied in, or written by
+    an older epi that read the budget once per run, can exceed it, and then no new block is ever kept."""
+    space = st.kv_space()
+    used, budget, over = space.used_bytes(), space.budget, space.over_budget()
+    if not over:
+        return ("kv budget", f"blocks use {_mb(used)} of the {_mb(budget)} budget", True)
+    found = f"blocks use {_mb(used)}, {_mb(over)} over the {_mb(budget)} budget"
+    if repair:
+        removed = space.shrink_to_budget()
+        return ("kv budget", f"{found}: evicted {_mb(removed)} of least recently used blocks", True)
+    return ("kv budget", f"{found}, so no new block can be kept. Run `epi doctor --repair` to evict least recently "
+                         "used blocks down to it, or raise it with `epi config --kv-budget SIZE`", False)
 
 
 def _kv_block_row(st: Store, repair: bool, progress: ByteProgress | None) -> tuple[str, str, bool]:

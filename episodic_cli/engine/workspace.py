@@ -106,8 +106,7 @@ class AskResult:
 
 def apply_kv_budget(store: Store, n_bytes: int) -> None:
     """Record a new KV budget and evict down to it at once (least recently used blocks first)."""
-    store.set_kv_budget(n_bytes)
-    store.kv_space().shrink_to_budget()
+    store.change_kv_budget(n_bytes)
 
 
 @dataclass
