@@ -691,6 +691,27 @@ class Store:
                                   "FROM events e JOIN documents d ON d.id = e.document_id")
         return {block_key(sha, c0, c1): (event_id, display) for event_id, display, sha, c0, c1 in rows}
 
+    def kv_garbage(self) -> tuple[int, int]:
+        """(blocks, bytes) of KV blocks no event names (a document removed while an answer prepared its blocks);
+        a block of an ingest not yet committed looks the same, so the caller holds the writer lock."""
+        live = self.live_block_keys()
+        dead = [f.size for f in self.kv_space().block_files() if f.key not in live]
+        return len(dead), sum(dead)
+
+    def remove_leftover_temporaries(self) -> list[tuple[Path, int]]:
+        """Remove the temporary index files of saves cut short (kill -9: `.index.hnsw.<pid>.tmp`); (path, size) of
+        each. Only a writer saves the index, so under the writer lock none is in use."""
+        removed = []
+        with self.writer():
+            for tmp in self.path.glob(f".{INDEX_NAME}.*.tmp"):
+                try:
+                    size = tmp.stat().st_size
+                    tmp.unlink()
+                except FileNotFoundError:
+                    continue
+                removed.append((tmp, size))
+        return removed
+
     def collect_kv_garbage(self) -> tuple[int, int]:
         """Remove the KV blocks no event of the archive names any more (removed or replaced documents, an ingest
         interrupted before its commit); (blocks, bytes) removed. The caller holds the writer lock."""

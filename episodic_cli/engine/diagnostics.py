@@ -1,6 +1,7 @@
 """What `epi doctor` checks, as plain rows (what, value, ok-or-None); the CLI renders them."""
 from __future__ import annotations
 
+import os
 import platform
 import re
 import sys
@@ -9,7 +10,8 @@ from contextlib import AbstractContextManager, nullcontext
 from importlib import metadata
 
 from .. import __version__
-from ..store import Store, StoreDamagedError, StoreError
+from ..store import Store, StoreBusyError, StoreDamagedError, StoreError
+from ..store.kv_tier import KVSpace
 from ..store.damage import readable_parts
 from ..store.episodic_store import DB_NAME
 from .errors import EpiError
@@ -132,7 +134,10 @@ def collect(model: str | None, store: str | None, verify_blocks: bool = True, re
         rows.append(("embedder", f"failed to load: {exc}", False))
     path = store_path(store)
     if not (path / DB_NAME).exists():
-        rows.append(("store", f"{path} does not exist yet (created by `epi ingest`)", None))
+        if store is None and not os.environ.get("EPI_STORE"):  # the default store, before a first ingest: fine
+            rows.append(("store", f"{path} does not exist yet (created by `epi ingest`)", None))
+        else:  # a store the user named: the same words and exit code as every other command
+            rows.append(("store", f"no store at {path}; run `epi ingest` first", False))
         return rows
     try:
         with Store.open_existing(path) as st:
@@ -147,7 +152,9 @@ def collect(model: str | None, store: str | None, verify_blocks: bool = True, re
             except StoreError as exc:
                 rows.append(("store embedder", str(exc), False))
             rows.append(_index_row(st, sample=None if verify_blocks else INDEX_SAMPLE, repair=repair))
-            rows.append(_kv_budget_row(st, repair))
+            space = st.kv_space()
+            rows += _leftover_rows(st, space, repair)
+            rows.append(_kv_budget_row(space, repair))
             if verify_blocks:
                 rows.append(_kv_block_row(st, repair, progress))
     except StoreDamagedError as exc:
@@ -193,10 +200,34 @@ def _mb(n_bytes: int) -> str:
     return f"{n_bytes / 1e6:,.1f} MB"
 
 
-def _kv_budget_row(st: Store, repair: bool) -> tuple[str, str, bool]:
+def _leftover_rows(st: Store, space: KVSpace, repair: bool) -> list[tuple[str, str, bool | None]]:
+    """What interrupted or overtaken work left: temporary files of writes cut short (removed: nothing uses them),
+    and blocks no event names any more (a document removed while an answer prepared its blocks)."""
+    try:
+        with st.writer():  # an ingest's blocks exist before its commit names them: judge them only between writers
+            temporaries = st.remove_leftover_temporaries()
+            space.used_bytes()  # counting the blocks removes the temporary block files of interrupted writes
+            temporaries += space.temporaries_removed
+            n_dead, dead_bytes = st.kv_garbage()
+            if n_dead and repair:
+                st.collect_kv_garbage()
+    except StoreBusyError:
+        return [("leftovers", "not checked: another epi process is writing the store", None)]
+    rows: list[tuple[str, str, bool | None]] = []
+    if temporaries:
+        names = ", ".join(p.name for p, _ in temporaries[:3]) + (" ..." if len(temporaries) > 3 else "")
+        rows.append(("leftovers", f"removed {len(temporaries)} temporary file(s) of interrupted writes "
+                                  f"({_mb(sum(n for _, n in temporaries))}: {names})", True))
+    if n_dead:
+        found = f"{n_dead} KV block(s) ({_mb(dead_bytes)}) of events no longer in the store"
+        rows.append(("leftovers", f"{found}: removed" if repair else
+                     f"{found}. Run `epi doctor --repair` (or `epi compact`) to remove them", repair))
+    return rows
+
+
+def _kv_budget_row(space: KVSpace, repair: bool) -> tuple[str, str, bool]:
     """Whether the KV tiers' files fit the store's budget: writers keep to it, but files copied in, or written by
     an older epi that read the budget once per run, can exceed it, and then no new block is ever kept."""
-    space = st.kv_space()
     used, budget, over = space.used_bytes(), space.budget, space.over_budget()
     if not over:
         return ("kv budget", f"blocks use {_mb(used)} of the {_mb(budget)} budget", True)
