@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -16,7 +17,7 @@ from .engine.budgets import COLD_PREFILL_SECONDS, DEFAULT_K, LAYER_BUDGET, POOL_
 from .engine.documents.sources import Skipped, discover
 from .engine.documents.structure import decode as decode_section
 from .engine.documents.structure import describe as describe_section
-from .engine.errors import EpiError
+from .engine.errors import EpiError, Terminated
 from .engine.ingest.document_pass import DEFAULT_COMMIT_EVERY
 from .engine.ingest.segment import REFINE_METHODS, SegmentParams
 from .engine.kv.blocks import KINDS as KV_KINDS
@@ -79,6 +80,9 @@ def handle_errors(fn: Callable) -> Callable:
         except (EpiError, StoreError) as exc:
             render.error(str(exc))
             raise typer.Exit(1)
+        except Terminated:
+            render.error("terminated (SIGTERM); everything committed before it is kept")
+            raise typer.Exit(143)
         except KeyboardInterrupt:
             render.error("interrupted; everything committed before the interruption is kept")
             raise typer.Exit(130)
@@ -453,7 +457,12 @@ def main_options(
     pass
 
 
+def _terminate(signum, frame) -> None:
+    raise Terminated()
+
+
 def main() -> None:
+    signal.signal(signal.SIGTERM, _terminate)  # like Ctrl-C: commits kept, one line said, exit 128 + 15
     try:
         app()
     except BrokenPipeError:  # `epi ask ... | head` closes stdout early

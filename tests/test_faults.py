@@ -438,3 +438,32 @@ def test_asking_a_store_whose_wal_lost_a_commit_answers_from_what_is_left(power_
     assert result.exit_code == 0 and "Traceback" not in result.output, result.output
     sources = json.loads(result.stdout)["sources"]
     assert sources and {s["document"] for s in sources} == set(before)
+
+
+# ----------------------------------------------------------------------------- issue 30, item 6: small ones
+
+
+def test_sigterm_says_what_happened_like_ctrl_c_and_keeps_what_was_committed(tmp_path):
+    """The real entry point, terminated mid-ingest: exit 143 with one line, the store still opens."""
+    import signal
+    import time
+
+    doc = tmp_path / "long.txt"
+    doc.write_text(conftest.text_document(), encoding="utf-8")
+    store = tmp_path / "store"
+    env = {**os.environ, "EPI_HOME": os.environ["EPI_HOME"]}
+    proc = subprocess.Popen([sys.executable, "-m", "episodic_cli", "ingest", str(doc), "--store", str(store),
+                             "--commit-every", "2", "--answer-model", "none"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 300
+    while not (store / "store.sqlite3").exists():  # the model is loaded and reading
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(2)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == "error: terminated (SIGTERM); everything committed before it is kept", err
+    with Store.open_existing(store) as st:  # what was committed is kept and readable
+        assert st.health() == []
