@@ -467,3 +467,22 @@ def test_sigterm_says_what_happened_like_ctrl_c_and_keeps_what_was_committed(tmp
     assert err.strip().splitlines()[-1] == "error: terminated (SIGTERM); everything committed before it is kept", err
     with Store.open_existing(store) as st:  # what was committed is kept and readable
         assert st.health() == []
+
+
+def test_a_directory_link_in_a_walked_folder_is_named_not_silently_skipped(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text(PROSE, encoding="utf-8")
+    tree = tmp_path / "project"
+    tree.mkdir()
+    (tree / "notes.txt").write_text(PROSE, encoding="utf-8")
+    (tree / "linked").symlink_to(outside, target_is_directory=True)
+    store = tmp_path / "store"
+    result = invoke("ingest", tree, "--store", store, "--json")
+    assert result.exit_code == 0, result.output
+    records = {Path(r["path"]).name: r for r in map(json.loads, result.stdout.splitlines())}
+    assert records["notes.txt"]["status"] == "ingested"
+    assert records["linked"]["status"] == "skipped" and "a link to a directory, not followed" in records["linked"]["error"]
+    assert list(stored(store)) == [str(tree / "notes.txt")]  # not followed: nothing from outside the folder
+    human = invoke("ingest", tree, "--store", store)
+    assert "linked: skipped (a link to a directory, not followed" in human.stderr, human.stderr
