@@ -26,6 +26,7 @@ from .engine.llama.models import answer_model as chosen_answer_model
 from .engine.llama.models import reader_model
 from .engine.paths import store_path
 from .engine.prompt import check_question_length
+from .engine.retrieval.citations import printable
 from .engine.retrieval.scope import documents_matching
 from .engine.workspace import MAX_EVENT_TOKENS, MODES, Workspace, apply_kv_budget
 from .store import Store, StoreError
@@ -369,6 +370,7 @@ def rm(
     """Remove documents with their events and index entries from the store (the files themselves are untouched)."""
     with Store.open_existing(store_path(store)) as st, st.writer():
         by_display = {d.display_path: d.path for d in st.documents()}
+        by_display |= {printable(shown): path for shown, path in by_display.items()}  # a name as `ls` escapes it
         missing = []
         for p in paths:
             key = by_display.get(p) or str(Path(p).expanduser().resolve())

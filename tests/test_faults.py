@@ -486,3 +486,23 @@ def test_a_directory_link_in_a_walked_folder_is_named_not_silently_skipped(tmp_p
     assert list(stored(store)) == [str(tree / "notes.txt")]  # not followed: nothing from outside the folder
     human = invoke("ingest", tree, "--store", store)
     assert "linked: skipped (a link to a directory, not followed" in human.stderr, human.stderr
+
+
+def test_a_file_name_with_a_newline_stays_on_one_line_in_ls_show_and_rm(tmp_path):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "first\nsecond.txt").write_text(PROSE, encoding="utf-8")
+    (folder / "plain.txt").write_text("Another document. " + PROSE, encoding="utf-8")
+    store = tmp_path / "store"
+    assert invoke("ingest", folder, "--store", store, "--json").exit_code == 0
+    listed = invoke("ls", "--store", store)
+    table = listed.stdout.split("\n\n")[0].splitlines()  # the header and one line per document (long paths cut)
+    assert len(table) == 3 and all(" text " in row for row in table[1:]), listed.stdout
+    with Store.open_existing(store) as st:
+        doc = next(d for d in st.documents() if "\n" in d.display_path)
+        event = st.events_of(doc.id)[0]
+    shown = invoke("show", event.id, "--store", store)
+    assert "/first\\nsecond.txt, lines 1-1 · event 1 of 1" in shown.stdout.splitlines()[0], shown.stdout
+    removed = invoke("rm", doc.display_path.replace("\n", "\\n"), "--store", store)  # the name as `ls` shows it
+    assert removed.exit_code == 0, removed.output
+    assert [Path(p).name for p in stored(store)] == ["plain.txt"]
