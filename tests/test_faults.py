@@ -310,6 +310,20 @@ def test_long_question_is_refused_with_the_limit_named(shared_store):
     assert_one_line_error(result, f"{len(question):,} characters", f"at most {MAX_QUESTION_CHARS:,}")
 
 
+def test_a_question_of_2000_emoji_is_answered_from_the_sources_that_fit_beside_it(shared_store):
+    """Issue 30, 6: 2,000 emoji are ~6,000 tokens of the bundled model (3 a character): at the default -k the
+    sources (3,072 tokens) no longer fit beside them and kv mode said "lower -k"; they are cut to the room left."""
+    from episodic_cli.engine.budgets import ANSWER_CONTEXT, ANSWER_TOKENS, PROMPT_OVERHEAD
+
+    question = "\U0001F600" * MAX_QUESTION_CHARS
+    result = invoke("ask", question, "--store", shared_store.store_dir, "--json")
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.stdout)
+    assert answer["mode"] == "kv" and answer["sources"] and answer["answer"].strip()
+    room = ANSWER_CONTEXT - ANSWER_TOKENS - (3 * MAX_QUESTION_CHARS + PROMPT_OVERHEAD)
+    assert 0 < answer["retrieved_tokens"] <= room
+
+
 def test_empty_question_is_refused_before_the_model_loads(shared_store, monkeypatch):
     from episodic_cli.engine import workspace
 
