@@ -7,6 +7,7 @@ from .episodic_store import Store
 from .records import (
     STORE_FORMAT_VERSION,
     DocumentRecord,
+    EventDamagedError,
     EventRecord,
     StoreBusyError,
     StoreDamagedError,
@@ -18,6 +19,7 @@ from .records import (
 __all__ = [
     "STORE_FORMAT_VERSION",
     "DocumentRecord",
+    "EventDamagedError",
     "EventRecord",
     "Store",
     "StoreBusyError",

@@ -22,6 +22,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from . import schema
+from .checksum import event_checksum
 from .damage import DamageAwareConnection
 from .index import DenseIndex
 from .kv_tier import BLOCK_KINDS, KVSpace, block_key
@@ -33,6 +34,7 @@ from .records import (
     DocumentRecord,
     EventRecord,
     StoreBusyError,
+    EventDamagedError,
     StoreDamagedError,
     StoreError,
     StoreIdentity,
@@ -65,7 +67,7 @@ _DOC_COLS = (
 )
 _EVENT_COLS = (
     "id, document_id, ordinal, token_start, token_end, char_start, char_end, page_start, page_end, "
-    "line_start, line_end, surprise_mean, surprise_max, text, section"
+    "line_start, line_end, surprise_mean, surprise_max, text, section, checksum"
 )
 
 def _is_disk_full(exc: BaseException) -> bool:
@@ -102,8 +104,14 @@ def _document(row: tuple) -> DocumentRecord:
     )  # fmt: skip
 
 
+def _row_checksum(row: tuple) -> int:
+    """The checksum an _EVENT_COLS row should carry (checksum.py)."""
+    (_, doc_id, ordinal, ts, te, cs, ce, ps, pe, ls, le, _, _, text, section, _) = row
+    return event_checksum((doc_id, ordinal, ts, te, cs, ce, ps, pe, ls, le, section, text))
+
+
 def _event(row: tuple) -> EventRecord:
-    (id_, doc_id, ordinal, ts, te, cs, ce, ps, pe, ls, le, smean, smax, text, section) = row
+    (id_, doc_id, ordinal, ts, te, cs, ce, ps, pe, ls, le, smean, smax, text, section, _) = row
     return EventRecord(
         ordinal=ordinal, token_start=ts, token_end=te, char_start=cs, char_end=ce, page_start=ps, page_end=pe,
         line_start=ls, line_end=le, surprise_mean=smean, surprise_max=smax, text=text, id=id_, document_id=doc_id,
@@ -415,11 +423,13 @@ class Store:
     def _insert_event(self, document_id: int, ev: EventRecord, vector: np.ndarray, display_path: str) -> int:
         cur = self._conn.execute(
             "INSERT INTO events (document_id, ordinal, token_start, token_end, char_start, char_end, page_start, "
-            "page_end, line_start, line_end, surprise_mean, surprise_max, text, embedding, section) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "page_end, line_start, line_end, surprise_mean, surprise_max, text, embedding, section, checksum) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (document_id, ev.ordinal, ev.token_start, ev.token_end, ev.char_start, ev.char_end, ev.page_start,
              ev.page_end, ev.line_start, ev.line_end, float(ev.surprise_mean), float(ev.surprise_max), ev.text,
-             vector.astype(np.float32).tobytes(), ev.section),
+             vector.astype(np.float32).tobytes(), ev.section,
+             event_checksum((document_id, ev.ordinal, ev.token_start, ev.token_end, ev.char_start, ev.char_end,
+                             ev.page_start, ev.page_end, ev.line_start, ev.line_end, ev.section, ev.text))),
         )  # fmt: skip
         self._conn.execute("INSERT INTO events_fts (rowid, text, place) VALUES (?, ?, ?)",
                            (cur.lastrowid, fts5_document(ev.text), place_text(display_path, ev.section)))
@@ -571,7 +581,7 @@ class Store:
         rows = self._conn.execute(
             f"SELECT {_EVENT_COLS} FROM events WHERE document_id = ? ORDER BY ordinal", (document_id,)
         )
-        return [_event(r) for r in rows]
+        return [self._checked(r) for r in rows]
 
     def get_events(self, event_ids: list[int]) -> list[EventRecord]:
         """Events in the order of `event_ids`; ids no longer in the store (stale index of a reader) are skipped."""
@@ -581,14 +591,37 @@ class Store:
             chunk = unique[start : start + 500]
             marks = ",".join("?" * len(chunk))
             for row in self._conn.execute(f"SELECT {_EVENT_COLS} FROM events WHERE id IN ({marks})", chunk):
-                found[row[0]] = _event(row)
+                found[row[0]] = self._checked(row)
         return [dataclasses.replace(found[i]) for i in map(int, event_ids) if i in found]
 
     def event_at(self, document_id: int, ordinal: int) -> EventRecord | None:
         row = self._conn.execute(
             f"SELECT {_EVENT_COLS} FROM events WHERE document_id = ? AND ordinal = ?", (document_id, ordinal)
         ).fetchone()
-        return None if row is None else _event(row)
+        return None if row is None else self._checked(row)
+
+    def _checked(self, row: tuple) -> EventRecord:
+        """The event of an _EVENT_COLS row whose checksum matches (NULL: written by an older epi, unchecked);
+        EventDamagedError naming it and its document otherwise, so no altered text reaches a quote or an answer."""
+        if row[-1] is not None and row[-1] != _row_checksum(row):
+            raise self._damaged_event(row[0], row[1])
+        return _event(row)
+
+    def _damaged_event(self, event_id: int, document_id: int) -> EventDamagedError:
+        shown = self._conn.execute("SELECT display_path FROM documents WHERE id = ?", (document_id,)).fetchone()
+        name = shown[0] if shown else f"document {document_id}"
+        return EventDamagedError(
+            f"event {event_id} of {name} is damaged in store '{self.path}': its text or place no longer matches its "
+            f"checksum. Ingest {name} again (same store) to restore it; `epi doctor` lists every damaged event.",
+            event_id, name)
+
+    def damaged_events(self, document_id: int | None = None) -> list[tuple[int, str]]:
+        """(event id, document display path) of every event, or every event of one document, whose row no longer
+        matches its checksum: what `epi doctor` names, and what makes an unchanged file's ingest read it again."""
+        sql = f"SELECT {_EVENT_COLS} FROM events" + ("" if document_id is None else " WHERE document_id = ?")
+        rows = self._conn.execute(sql, () if document_id is None else (document_id,))
+        bad = [(row[0], row[1]) for row in rows if row[-1] is not None and row[-1] != _row_checksum(row)]
+        return [(event_id, self._damaged_event(event_id, doc_id).document) for event_id, doc_id in bad]
 
     def search_dense(self, query: np.ndarray, k: int, within: set[int] | None = None) -> list[tuple[int, float]]:
         """The k events most similar to `query`; with `within`, only among those event ids (a chapter, a document):

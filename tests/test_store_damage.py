@@ -137,3 +137,83 @@ def test_a_damaged_index_with_the_same_labels_is_named_by_doctor_and_repair_rebu
     assert nearest_to_own_vectors(store, swapped) == list(swapped)
     after = invoke("doctor", "--quick", "--store", store)
     assert after.exit_code == 0 and "match the embeddings in SQLite" in flat(after.stdout)
+
+
+# ------------------------------------------------------------------------------------ an event's text altered
+
+
+def xor_event_text(store: Path, event_id: int, snippet: str) -> None:
+    """XOR 32 bytes of `snippet` where the events table holds it (issue 30, 4(a)): the page stays well-formed, so
+    SQLite reads the altered text without complaint. The file also holds the text in the lexical index's tables;
+    each place is tried and put back until the event's own row is the one changed."""
+    db = store / "store.sqlite3"
+    data = bytearray(db.read_bytes())
+    needle = snippet.encode("utf-8")[:32]
+    assert len(needle) == 32
+    at = data.find(needle)
+    while at >= 0:
+        for i in range(32):
+            data[at + i] ^= 0x01  # ASCII stays ASCII: the cell still decodes
+        db.write_bytes(bytes(data))
+        conn = sqlite3.connect(db)
+        text = conn.execute("SELECT text FROM events WHERE id = ?", (event_id,)).fetchone()[0]
+        conn.close()
+        if snippet not in text:
+            return
+        for i in range(32):
+            data[at + i] ^= 0x01
+        db.write_bytes(bytes(data))
+        at = data.find(needle, at + 1)
+    raise AssertionError("the event's text was not found in the database file")
+
+
+def test_an_event_whose_text_was_altered_in_place_is_named_and_ingesting_its_document_again_restores_it(
+        shared_store, tmp_path):
+    from conftest import TEXT_FACT, TEXT_QUESTION
+    from episodic_cli.store import Store
+
+    store = copy_store(shared_store, tmp_path)
+    with Store.open_existing(store) as st:
+        [doc] = [d for d in st.documents() if d.path == str(shared_store.text)]
+        [event] = [e for e in st.events_of(doc.id) if TEXT_FACT in e.text]
+        n_events = st.stats()["n_events"]
+    xor_event_text(store, event.id, TEXT_FACT)
+    conn = sqlite3.connect(store / "store.sqlite3")
+    assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]  # SQLite sees nothing wrong
+    conn.close()
+
+    named = (f"event {event.id} of {doc.display_path} is damaged", "no longer matches its checksum", "again")
+    assert_one_line_error(invoke("show", event.id, "--store", store), *named)
+    assert_one_line_error(invoke("ask", TEXT_QUESTION, "--store", store, "-k", "1", "--neighbours", "0"), *named)
+    result = invoke("doctor", "--quick", "--store", store)
+    out = flat(result.stdout)
+    assert result.exit_code == 1 and f"1 damaged event(s), their text or place altered: event {event.id} of" in out
+
+    again = invoke("ingest", shared_store.text, "--store", store, "--answer-model", "none", "--json")
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.stdout)["status"] == "ingested"  # read again, not skipped as unchanged
+    with Store.open_existing(store) as st:
+        assert st.damaged_events() == [] and st.stats()["n_events"] == n_events
+        assert any(TEXT_FACT in e.text for d in st.documents() for e in st.events_of(d.id))
+    after = invoke("doctor", "--quick", "--store", store)
+    assert after.exit_code == 0 and f"all {n_events:,} events match their checksums" in flat(after.stdout)
+
+
+def test_a_store_written_before_checksums_gets_them_on_open_and_then_catches_damage(shared_store, tmp_path):
+    from conftest import TEXT_FACT
+    from episodic_cli.store import EventDamagedError, Store
+
+    store = copy_store(shared_store, tmp_path)
+    conn = sqlite3.connect(store / "store.sqlite3")  # the store as epi wrote it before migration m008
+    conn.execute("ALTER TABLE events DROP COLUMN checksum")
+    conn.execute("DELETE FROM _migrations WHERE name = 'm008_event_checksums'")
+    conn.commit()
+    conn.close()
+    with Store.open_existing(store) as st:
+        assert st.damaged_events() == []
+        [event] = [e for d in st.documents() for e in st.events_of(d.id) if TEXT_FACT in e.text]
+    xor_event_text(store, event.id, TEXT_FACT)
+    with Store.open_existing(store) as st:
+        with pytest.raises(EventDamagedError):
+            st.get_events([event.id])
+        assert [event_id for event_id, _ in st.damaged_events()] == [event.id]

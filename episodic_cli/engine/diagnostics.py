@@ -151,6 +151,7 @@ def collect(model: str | None, store: str | None, verify_blocks: bool = True, re
                 rows.append(("store embedder", "matches the embedder in use", True))
             except StoreError as exc:
                 rows.append(("store embedder", str(exc), False))
+            rows.append(_event_checksum_row(st))
             rows.append(_index_row(st, sample=None if verify_blocks else INDEX_SAMPLE, repair=repair))
             space = st.kv_space()
             rows += _leftover_rows(st, space, repair)
@@ -179,6 +180,20 @@ def _named_events(st: Store, ids: list[int]) -> str:
     """'event 12 of book.pdf; event 40 of notes.md and 3 more': the first five of `ids`, with their documents."""
     named = [f"event {ev.id} of {st.get_document(ev.document_id).display_path}" for ev in st.get_events(ids[:5])]
     return "; ".join(named) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+
+
+def _event_checksum_row(st: Store) -> tuple[str, str, bool]:
+    """Every event's text and anchors against its checksum: SQLite's integrity_check passes a page whose cells were
+    altered in place, and the altered text would be quoted and answered from."""
+    damaged = st.damaged_events()
+    if not damaged:
+        return ("event checksums", f"all {st.stats()['n_events']:,} events match their checksums", True)
+    named = "; ".join(f"event {event_id} of {doc}" for event_id, doc in damaged[:5])
+    more = f" and {len(damaged) - 5} more" if len(damaged) > 5 else ""
+    docs = sorted({doc for _, doc in damaged})
+    return ("event checksums", f"{len(damaged)} damaged event(s), their text or place altered: {named}{more}. Ingest "
+                               f"{', '.join(docs[:3])}{' ...' if len(docs) > 3 else ''} again (same store) to restore "
+                               "them; until then they are refused where read", False)
 
 
 def _index_row(st: Store, sample: int | None, repair: bool) -> tuple[str, str, bool]:

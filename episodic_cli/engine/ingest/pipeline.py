@@ -144,7 +144,9 @@ class Ingestor:
         try:
             sha = file_sha256(path)
             existing = self.store.find_document(key)
-            if existing is not None and not existing.partial and existing.content_sha256 == sha:
+            # An unchanged file is read again when some of its stored events are damaged: that restores them.
+            if (existing is not None and not existing.partial and existing.content_sha256 == sha
+                    and not self.store.damaged_events(existing.id)):
                 return IngestResult(key, display_path, "unchanged", existing.n_tokens, existing.n_events)
             doc = load_document(path, display_path, spool_dir=self.store.path)
             # counted now (shown: seconds on a large file), tokenized again chunk by chunk in the pass
