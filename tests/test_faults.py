@@ -281,6 +281,48 @@ def test_disk_full_in_sqlite_stops_the_run_with_one_line(tmp_path, monkeypatch):
     assert list(stored(store)) == [str(docs[0])]
 
 
+@pytest.fixture
+def small_filesystem(tmp_path):
+    """A 34 MB tmpfs (one checkpoint window of ~28 MB fits, two do not), unmounted afterwards."""
+    mount = tmp_path / "small-disk"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=34m", "tmpfs", str(mount)], capture_output=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here ({made.stderr.decode().strip()})")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_small_disk_counts_checkpoint_windows_and_a_resume_after_freeing_space_succeeds(tmp_path,
+                                                                                                small_filesystem):
+    """Issue 30, item 5: `--commit-every 4 --no-kv` on a disk with 5 MB free said "1 MB needed" though each
+    checkpoint window is ~28 MB, and after freeing space the ingest failed again and again: the next window was
+    written beside the last one, and two do not fit."""
+    doc = tmp_path / "doc1.md"
+    # ~4,000 tokens: checkpoints every 4 events, each with its window file (the first at about token 1,500)
+    doc.write_text(conftest.text_document() + "\n\n" + "\n".join(conftest.prose_lines(30, 120)), encoding="utf-8")
+    store = small_filesystem / "store"
+    ballast = small_filesystem / "ballast"
+    free = os.statvfs(small_filesystem)
+    ballast.write_bytes(bytes(free.f_bavail * free.f_frsize - 5 * 2**20))  # 5 MB left free
+    result = invoke("ingest", doc, "--store", store, "--commit-every", "4", "--no-kv")
+    err = assert_one_line_error(result, "disk full: ", f"needed for {doc}", "MB free at")
+    needed = int(err.split("disk full: ")[1].split(" MB needed")[0].replace(",", ""))
+    assert needed >= 25, err  # the window file counts (23,040 bytes a cell of the ingest context)
+    assert int(err.split("needed for")[1].split(", ")[1].split(" MB free")[0]) <= 5, err
+
+    ballast.unlink()  # everything else freed: one window fits, two do not
+    again = invoke("ingest", doc, "--store", store, "--commit-every", "4", "--no-kv", "--json")
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.stdout)["status"] == "ingested"
+    with Store.open_existing(store) as st:
+        [document] = st.documents()
+        assert not document.partial and document.n_events == len(st.events_of(document.id)) > 12
+    assert not list((store / "ingest").glob("*.window*"))  # no window stays once the document is complete
+
+
 def test_disk_full_estimate_counts_kv_blocks(engine, tmp_path):
     """The 'needed' figure: KV blocks dominate (about 12 KB per token at q8_0 with the bundled model)."""
     from conftest import workspace_for

@@ -10,6 +10,7 @@ replaced) and complete after its last.
 """
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -166,7 +167,17 @@ class DocumentPass:
             surprise=Checkpoint.pack_surprise(self.surprise[surprise_from : state.next_token + 1]),
             valid_for=self.valid_for())
         path = snapshot_path(self.store.path, self.document.id, state.next_token)
-        write_snapshot(path, self.session.window_blob())
+        blob = self.session.window_blob()
+        try:
+            write_snapshot(path, blob)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            # No room for a second window beside the last checkpoint's (~28 MB each): give that one up and write
+            # again, or a small disk fails here on every resume. A crash before the commit below then reads the
+            # document again from its start instead of resuming it; nothing committed is lost.
+            remove_older_snapshots(path)
+            write_snapshot(path, blob)
         self.store.append_events(self.document.id, events, checkpoint.to_json())
         remove_older_snapshots(path)
         self.committed += len(events)
