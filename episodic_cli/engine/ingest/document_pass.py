@@ -11,6 +11,7 @@ replaced) and complete after its last.
 from __future__ import annotations
 
 import errno
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -92,7 +93,9 @@ class DocumentPass:
         if checkpoint is None or checkpoint.valid_for != self.valid_for() or checkpoint.n_events != existing.n_events:
             return None
         blob = read_snapshot(snapshot_path(self.store.path, existing.id, checkpoint.window.next_token))
-        return None if blob is None else (checkpoint, blob)
+        if blob is None or (checkpoint.window_sha256 and hashlib.sha256(blob).hexdigest() != checkpoint.window_sha256):
+            return None  # missing or damaged: the document is read from its start (what was committed stays meanwhile)
+        return checkpoint, blob
 
     # -- the pass ----------------------------------------------------------------------------------------------------
 
@@ -161,13 +164,13 @@ class DocumentPass:
             self.document = self.store.begin_document(self.record)
         start, scored, candidates = self.segmenter.state()
         surprise_from = max(0, min(start, scored - self.params.tau))
+        blob = self.session.window_blob()
         checkpoint = Checkpoint(
             window=state, n_events=self.committed + len(events), segmenter_start=start, scored=scored,
             candidates=candidates, surprise_from=surprise_from,
             surprise=Checkpoint.pack_surprise(self.surprise[surprise_from : state.next_token + 1]),
-            valid_for=self.valid_for())
+            valid_for=self.valid_for(), window_sha256=hashlib.sha256(blob).hexdigest())
         path = snapshot_path(self.store.path, self.document.id, state.next_token)
-        blob = self.session.window_blob()
         try:
             write_snapshot(path, blob)
         except OSError as exc:
