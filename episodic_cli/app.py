@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -17,7 +18,7 @@ from .engine.documents.blocks import BLOCK_KINDS
 from .engine.documents.sources import Skipped, discover, document_format
 from .engine.documents.structure import decode as decode_section
 from .engine.documents.structure import describe as describe_section
-from .engine.errors import EpiError
+from .engine.errors import EpiError, Terminated
 from .engine.ingest.document_pass import DEFAULT_COMMIT_EVERY
 from .engine.ingest.segment import REFINE_METHODS, SegmentParams
 from .engine.ingest.watch import plan, watch_changes
@@ -27,6 +28,7 @@ from .engine.llama.models import answer_model as chosen_answer_model
 from .engine.llama.models import reader_model
 from .engine.paths import store_path
 from .engine.prompt import check_question_length
+from .engine.retrieval.citations import printable
 from .engine.retrieval.scope import documents_matching
 from .engine.workspace import MAX_EVENT_TOKENS, MODES, Workspace, apply_kv_budget
 from .store import Store, StoreError
@@ -81,6 +83,9 @@ def handle_errors(fn: Callable) -> Callable:
         except (EpiError, StoreError) as exc:
             render.error(str(exc))
             raise typer.Exit(1)
+        except Terminated:
+            render.error("terminated (SIGTERM); everything committed before it is kept")
+            raise typer.Exit(143)
         except KeyboardInterrupt:
             render.error("interrupted; everything committed before the interruption is kept")
             raise typer.Exit(130)
@@ -407,6 +412,7 @@ def rm(
     """Remove documents with their events and index entries from the store (the files themselves are untouched)."""
     with Store.open_existing(store_path(store)) as st, st.writer():
         by_display = {d.display_path: d.path for d in st.documents()}
+        by_display |= {printable(shown): path for shown, path in by_display.items()}  # a name as `ls` escapes it
         missing = []
         for p in paths:
             key = by_display.get(p) or str(Path(p).expanduser().resolve())
@@ -495,7 +501,12 @@ def main_options(
     pass
 
 
+def _terminate(signum, frame) -> None:
+    raise Terminated()
+
+
 def main() -> None:
+    signal.signal(signal.SIGTERM, _terminate)  # like Ctrl-C: commits kept, one line said, exit 128 + 15
     try:
         app()
     except BrokenPipeError:  # `epi ask ... | head` closes stdout early

@@ -21,7 +21,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from .engine.retrieval.citations import citation, place_words
+from .engine.retrieval.citations import citation, place_words, printable
 from .engine.ingest.pipeline import IngestResult
 from .engine.retrieval.retrieve import RetrievedEvent
 from .run_progress import RunProgress
@@ -199,7 +199,7 @@ class IngestProgressView:
     def document_counting(self, display_path: str, chars_done: int, chars_total: int) -> None:
         """The counting pass before a file's tokens are known: its characters, in the current file's bar."""
         if self.current is None:
-            self.current = self.progress.add_task(display_path[-48:], total=max(chars_total, 1), completed=0,
+            self.current = self.progress.add_task(printable(display_path)[-48:], total=max(chars_total, 1), completed=0,
                                                   count="", rate="", left="")
         self.progress.update(self.current, total=max(chars_total, 1), completed=chars_done,
                              count=f"counting tokens: {_count(chars_done)}/{_count(chars_total)} characters")
@@ -208,11 +208,11 @@ class IngestProgressView:
         if self.current is not None:
             self.progress.remove_task(self.current)
         self.run.document_started(display_path, n_tokens, resumed_at)
-        self.current = self.progress.add_task(display_path[-48:], total=n_tokens, completed=resumed_at,
+        self.current = self.progress.add_task(printable(display_path)[-48:], total=n_tokens, completed=resumed_at,
                                               count=f"{resumed_at:,}/{n_tokens:,} tokens", rate="", left="")
         self._draw_overall()
         if resumed_at and not self.quiet:
-            self.progress.console.print(escape(f"resuming {display_path} at token {resumed_at:,} of "
+            self.progress.console.print(escape(f"resuming {printable(display_path)} at token {resumed_at:,} of "
                                                f"{n_tokens:,}"), soft_wrap=True)
 
     def tokens_done(self, n: int) -> None:
@@ -235,18 +235,18 @@ class IngestProgressView:
             return
         # soft_wrap: one line per file even when piped (rich would otherwise wrap at 80 columns, mid-number).
         if result.status == "ingested":
-            err.print(f"[green]✓[/] {escape(result.display_path)}: {result.tokens:,} tokens, {result.events} events, "
+            err.print(f"[green]✓[/] {escape(printable(result.display_path))}: {result.tokens:,} tokens, {result.events} events, "
                       f"{result.seconds:.1f} s ({result.tokens_per_s:,.0f} tok/s)", soft_wrap=True)
             if result.note:
                 err.print(f"  [yellow]{escape(result.note)}[/]", soft_wrap=True)
         elif result.status == "unchanged":
-            err.print(f"[dim]= {escape(result.display_path)}: unchanged, skipped[/]", soft_wrap=True)
+            err.print(f"[dim]= {escape(printable(result.display_path))}: unchanged, skipped[/]", soft_wrap=True)
         elif result.status == "skipped" and result.error == EMPTY_FILE:  # an empty __init__.py is not news
-            err.print(f"[dim]- {escape(result.display_path)}: empty, skipped[/]", soft_wrap=True)
+            err.print(f"[dim]- {escape(printable(result.display_path))}: empty, skipped[/]", soft_wrap=True)
         elif result.status == "skipped":
-            err.print(f"[yellow]- {escape(result.display_path)}: skipped ({escape(result.error or '')})[/]", soft_wrap=True)
+            err.print(f"[yellow]- {escape(printable(result.display_path))}: skipped ({escape(result.error or '')})[/]", soft_wrap=True)
         else:
-            err.print(f"[red]✗ {escape(result.display_path)}: {escape(result.error or 'failed')}[/]", soft_wrap=True)
+            err.print(f"[red]✗ {escape(printable(result.display_path))}: {escape(result.error or 'failed')}[/]", soft_wrap=True)
 
 
 def ingest_summary(results: list[IngestResult], store_dir: Path) -> None:
@@ -302,7 +302,8 @@ def evidence(result) -> None:
             marked += escape(quote[at:a]) + f"[bold yellow]{escape(quote[a:b])}[/]"
             at = b
         marked += escape(quote[at:])
-        out.print(f" [cyan]“[/]{marked}[cyan]”[/]\n   [dim]{escape(_where(r.document.display_path, r.document.kind, e))}, event "
+        where = _where(printable(r.document.display_path), r.document.kind, e)
+        out.print(f" [cyan]“[/]{marked}[cyan]”[/]\n   [dim]{escape(where)}, event "
                   f"{r.event.id}[/]", soft_wrap=True)
 
 
@@ -354,7 +355,7 @@ def documents(docs, stats: dict, kv: dict) -> None:
         extent = f"{d.n_pages} pp." if d.n_pages else (f"{d.n_lines:,} {unit}" if d.n_lines else "")
         shown = escape(document_format(d.kind, d.display_path))
         shown = f"{shown} [yellow](partial)[/]" if d.partial else shown  # an ingest of it is running or was cut off
-        table.add_row(escape(d.display_path), shown, extent, f"{d.n_tokens:,}", f"{d.n_events:,}")
+        table.add_row(escape(printable(d.display_path)), shown, extent, f"{d.n_tokens:,}", f"{d.n_events:,}")
     out.print(table)
     out.print(f"\n{stats['n_documents']} documents · {stats['n_events']:,} events · {stats['n_tokens']:,} tokens · "
               f"{_size(stats['disk_bytes'])} on disk · {escape(str(stats.get('path', '')))}")

@@ -7,8 +7,10 @@ from .episodic_store import Store
 from .records import (
     STORE_FORMAT_VERSION,
     DocumentRecord,
+    EventDamagedError,
     EventRecord,
     StoreBusyError,
+    StoreDamagedError,
     StoreError,
     StoreIdentity,
     StoreMismatchError,
@@ -17,9 +19,11 @@ from .records import (
 __all__ = [
     "STORE_FORMAT_VERSION",
     "DocumentRecord",
+    "EventDamagedError",
     "EventRecord",
     "Store",
     "StoreBusyError",
+    "StoreDamagedError",
     "StoreError",
     "StoreIdentity",
     "StoreMismatchError",

@@ -22,6 +22,8 @@ from typing import Callable, Iterator
 import numpy as np
 
 from . import schema
+from .checksum import event_checksum
+from .damage import DamageAwareConnection
 from .index import DenseIndex
 from .kv_tier import BLOCK_KINDS, KVSpace, block_key
 from .lexical import PLACE_WEIGHT, fts5_document, fts5_query, place_text
@@ -32,6 +34,8 @@ from .records import (
     DocumentRecord,
     EventRecord,
     StoreBusyError,
+    EventDamagedError,
+    StoreDamagedError,
     StoreError,
     StoreIdentity,
     StoreMismatchError,
@@ -63,7 +67,7 @@ _DOC_COLS = (
 )
 _EVENT_COLS = (
     "id, document_id, ordinal, token_start, token_end, char_start, char_end, page_start, page_end, "
-    "line_start, line_end, surprise_mean, surprise_max, text, section"
+    "line_start, line_end, surprise_mean, surprise_max, text, section, checksum"
 )
 
 def _is_disk_full(exc: BaseException) -> bool:
@@ -100,8 +104,14 @@ def _document(row: tuple) -> DocumentRecord:
     )  # fmt: skip
 
 
+def _row_checksum(row: tuple) -> int:
+    """The checksum an _EVENT_COLS row should carry (checksum.py)."""
+    (_, doc_id, ordinal, ts, te, cs, ce, ps, pe, ls, le, _, _, text, section, _) = row
+    return event_checksum((doc_id, ordinal, ts, te, cs, ce, ps, pe, ls, le, section, text))
+
+
 def _event(row: tuple) -> EventRecord:
-    (id_, doc_id, ordinal, ts, te, cs, ce, ps, pe, ls, le, smean, smax, text, section) = row
+    (id_, doc_id, ordinal, ts, te, cs, ce, ps, pe, ls, le, smean, smax, text, section, _) = row
     return EventRecord(
         ordinal=ordinal, token_start=ts, token_end=te, char_start=cs, char_end=ce, page_start=ps, page_end=pe,
         line_start=ls, line_end=le, surprise_mean=smean, surprise_max=smax, text=text, id=id_, document_id=doc_id,
@@ -111,7 +121,8 @@ def _event(row: tuple) -> EventRecord:
 
 def _connect(path: Path) -> sqlite3.Connection:
     # Autocommit mode: transactions are explicit (BEGIN IMMEDIATE) so their boundaries are exactly ours.
-    conn = sqlite3.connect(path / DB_NAME, isolation_level=None, timeout=10.0)
+    conn = sqlite3.connect(path / DB_NAME, isolation_level=None, timeout=10.0, factory=DamageAwareConnection)
+    conn.store_path = path
     try:
         conn.execute("PRAGMA foreign_keys=ON")
         conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
@@ -412,11 +423,13 @@ class Store:
     def _insert_event(self, document_id: int, ev: EventRecord, vector: np.ndarray, display_path: str) -> int:
         cur = self._conn.execute(
             "INSERT INTO events (document_id, ordinal, token_start, token_end, char_start, char_end, page_start, "
-            "page_end, line_start, line_end, surprise_mean, surprise_max, text, embedding, section) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "page_end, line_start, line_end, surprise_mean, surprise_max, text, embedding, section, checksum) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (document_id, ev.ordinal, ev.token_start, ev.token_end, ev.char_start, ev.char_end, ev.page_start,
              ev.page_end, ev.line_start, ev.line_end, float(ev.surprise_mean), float(ev.surprise_max), ev.text,
-             vector.astype(np.float32).tobytes(), ev.section),
+             vector.astype(np.float32).tobytes(), ev.section,
+             event_checksum((document_id, ev.ordinal, ev.token_start, ev.token_end, ev.char_start, ev.char_end,
+                             ev.page_start, ev.page_end, ev.line_start, ev.line_end, ev.section, ev.text))),
         )  # fmt: skip
         self._conn.execute("INSERT INTO events_fts (rowid, text, place) VALUES (?, ?, ?)",
                            (cur.lastrowid, fts5_document(ev.text), place_text(display_path, ev.section)))
@@ -445,6 +458,26 @@ class Store:
             return True
 
     # ------------------------------------------------------------------------------------------ dense index
+
+    def index_differences(self, sample: int | None = None) -> tuple[int, list[int]]:
+        """Compare the index file's vectors with SQLite's embeddings, every event or a random `sample` of them:
+        (events compared, ids whose vector differs). The label sets already match (`_sync_index`); this finds what
+        keeps them matching while changing answers: labels swapped between elements, a vector overwritten."""
+        ids = np.fromiter(sorted(self._sqlite_event_ids()), dtype=np.int64)
+        if sample is not None and len(ids) > sample:
+            ids = np.sort(np.random.default_rng().choice(ids, size=sample, replace=False))
+        differing: list[int] = []
+        for start in range(0, len(ids), REBUILD_BATCH):
+            found, vectors = self._vectors_of([int(i) for i in ids[start : start + REBUILD_BATCH]])
+            differing += self._index.differing(found, vectors)
+        return len(ids), differing
+
+    def rebuild_index(self) -> None:
+        """Rebuild the index file from SQLite's embeddings (doctor --repair), under the writer lock."""
+        with self.writer():
+            self._index = self._rebuild_index()
+            self._index_loaded = True
+            self._save_index()
 
     def _sqlite_event_ids(self) -> set[int]:
         return {r[0] for r in self._conn.execute("SELECT id FROM events")}
@@ -548,7 +581,7 @@ class Store:
         rows = self._conn.execute(
             f"SELECT {_EVENT_COLS} FROM events WHERE document_id = ? ORDER BY ordinal", (document_id,)
         )
-        return [_event(r) for r in rows]
+        return [self._checked(r) for r in rows]
 
     def get_events(self, event_ids: list[int]) -> list[EventRecord]:
         """Events in the order of `event_ids`; ids no longer in the store (stale index of a reader) are skipped."""
@@ -558,14 +591,37 @@ class Store:
             chunk = unique[start : start + 500]
             marks = ",".join("?" * len(chunk))
             for row in self._conn.execute(f"SELECT {_EVENT_COLS} FROM events WHERE id IN ({marks})", chunk):
-                found[row[0]] = _event(row)
+                found[row[0]] = self._checked(row)
         return [dataclasses.replace(found[i]) for i in map(int, event_ids) if i in found]
 
     def event_at(self, document_id: int, ordinal: int) -> EventRecord | None:
         row = self._conn.execute(
             f"SELECT {_EVENT_COLS} FROM events WHERE document_id = ? AND ordinal = ?", (document_id, ordinal)
         ).fetchone()
-        return None if row is None else _event(row)
+        return None if row is None else self._checked(row)
+
+    def _checked(self, row: tuple) -> EventRecord:
+        """The event of an _EVENT_COLS row whose checksum matches (NULL: written by an older epi, unchecked);
+        EventDamagedError naming it and its document otherwise, so no altered text reaches a quote or an answer."""
+        if row[-1] is not None and row[-1] != _row_checksum(row):
+            raise self._damaged_event(row[0], row[1])
+        return _event(row)
+
+    def _damaged_event(self, event_id: int, document_id: int) -> EventDamagedError:
+        shown = self._conn.execute("SELECT display_path FROM documents WHERE id = ?", (document_id,)).fetchone()
+        name = shown[0] if shown else f"document {document_id}"
+        return EventDamagedError(
+            f"event {event_id} of {name} is damaged in store '{self.path}': its text or place no longer matches its "
+            f"checksum. Ingest {name} again (same store) to restore it; `epi doctor` lists every damaged event.",
+            event_id, name)
+
+    def damaged_events(self, document_id: int | None = None) -> list[tuple[int, str]]:
+        """(event id, document display path) of every event, or every event of one document, whose row no longer
+        matches its checksum: what `epi doctor` names, and what makes an unchanged file's ingest read it again."""
+        sql = f"SELECT {_EVENT_COLS} FROM events" + ("" if document_id is None else " WHERE document_id = ?")
+        rows = self._conn.execute(sql, () if document_id is None else (document_id,))
+        bad = [(row[0], row[1]) for row in rows if row[-1] is not None and row[-1] != _row_checksum(row)]
+        return [(event_id, self._damaged_event(event_id, doc_id).document) for event_id, doc_id in bad]
 
     def search_dense(self, query: np.ndarray, k: int, within: set[int] | None = None) -> list[tuple[int, float]]:
         """The k events most similar to `query`; with `within`, only among those event ids (a chapter, a document):
@@ -645,7 +701,16 @@ class Store:
             self._set_meta("kv_block_kind", kind)
 
     def kv_space(self) -> KVSpace:
-        return KVSpace(self.path / KV_DIR, self.kv_budget)
+        """The KV tiers; their writers read the budget from the database at each write (see change_kv_budget)."""
+        return KVSpace(self.path / KV_DIR, lambda: self.kv_budget)
+
+    def change_kv_budget(self, n_bytes: int) -> int:
+        """Record a new KV budget, evicting least recently used blocks down to it first, under the KV space's lock
+        that every block write takes: a writer running meanwhile (another process's answer) keeps to the new budget
+        from its next block on, and the files never exceed the budget in force. Bytes evicted."""
+        if n_bytes < 0:
+            raise ValueError("the KV budget cannot be negative")
+        return self.kv_space().change_budget(n_bytes, self.set_kv_budget)
 
     def live_block_keys(self) -> set[bytes]:
         """The block key of every event in the archive: what a tier may keep (kv_tier.identity.block_key)."""
@@ -658,6 +723,27 @@ class Store:
         rows = self._conn.execute("SELECT e.id, d.display_path, d.content_sha256, e.char_start, e.char_end "
                                   "FROM events e JOIN documents d ON d.id = e.document_id")
         return {block_key(sha, c0, c1): (event_id, display) for event_id, display, sha, c0, c1 in rows}
+
+    def kv_garbage(self) -> tuple[int, int]:
+        """(blocks, bytes) of KV blocks no event names (a document removed while an answer prepared its blocks);
+        a block of an ingest not yet committed looks the same, so the caller holds the writer lock."""
+        live = self.live_block_keys()
+        dead = [f.size for f in self.kv_space().block_files() if f.key not in live]
+        return len(dead), sum(dead)
+
+    def remove_leftover_temporaries(self) -> list[tuple[Path, int]]:
+        """Remove the temporary index files of saves cut short (kill -9: `.index.hnsw.<pid>.tmp`); (path, size) of
+        each. Only a writer saves the index, so under the writer lock none is in use."""
+        removed = []
+        with self.writer():
+            for tmp in self.path.glob(f".{INDEX_NAME}.*.tmp"):
+                try:
+                    size = tmp.stat().st_size
+                    tmp.unlink()
+                except FileNotFoundError:
+                    continue
+                removed.append((tmp, size))
+        return removed
 
     def collect_kv_garbage(self) -> tuple[int, int]:
         """Remove the KV blocks no event of the archive names any more (removed or replaced documents, an ingest
@@ -703,7 +789,7 @@ class Store:
             problems.append(f"SQLite integrity_check failed: {'; '.join(result[:5])}; re-ingest into --store NEW.")
         try:
             self._conn.execute("INSERT INTO events_fts(events_fts) VALUES ('integrity-check')")
-        except sqlite3.DatabaseError as e:
+        except (sqlite3.DatabaseError, StoreDamagedError) as e:  # a corrupt FTS5 table is SQLITE_CORRUPT_VTAB
             problems.append(f"lexical index (FTS5) check failed ({e}); re-ingest into --store NEW.")
         n_fts, n_unindexed = self._conn.execute(
             "SELECT (SELECT COUNT(*) FROM events_fts), "

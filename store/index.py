@@ -14,6 +14,8 @@ EF_CONSTRUCTION = 200
 MIN_EF = 64
 MIN_CAPACITY = 1024
 CATCH_UP_BATCH = 10_000
+# float32 round-off of normalizing a 384-d unit vector twice is ~1e-7; a damaged or moved vector differs by far more.
+VECTOR_TOLERANCE = 1e-4
 
 
 class DenseIndex:
@@ -74,6 +76,17 @@ class DenseIndex:
 
     def live_ids(self) -> set[int]:
         return set(self._index.get_ids_list()) - self._deleted
+
+    def differing(self, ids: np.ndarray, vectors: np.ndarray) -> list[int]:
+        """Which of `ids` the index holds with another vector than `vectors` (SQLite's): a label moved to another
+        element, a vector overwritten. hnswlib keeps cosine vectors normalized, so they are compared normalized."""
+        if not len(ids):
+            return []
+        held = np.asarray(self._index.get_items(ids, return_type="numpy"), dtype=np.float32)
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        expected = vectors / np.where(norms > 0, norms, 1)
+        bad = np.abs(held - expected).max(axis=1) > VECTOR_TOLERANCE
+        return [int(i) for i in ids[bad]]
 
     def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
         if not len(ids):

@@ -32,6 +32,19 @@ class StoreBusyError(StoreError):
     """Another process is writing this store."""
 
 
+class StoreDamagedError(StoreError):
+    """SQLite found the store's database file damaged (a malformed page): the command stops, nothing is changed."""
+
+
+class EventDamagedError(StoreDamagedError):
+    """An event's row no longer matches its checksum (checksum.py): named with its document, to be ingested again."""
+
+    def __init__(self, message: str, event_id: int, document: str):
+        super().__init__(message)
+        self.event_id = event_id
+        self.document = document
+
+
 @dataclass(frozen=True)
 class StoreIdentity:
     """What the archive is bound to: only the embedder (its vectors are the dense index). The language model that cut

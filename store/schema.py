@@ -11,6 +11,7 @@ import time
 from typing import Callable
 
 from . import lexical
+from .checksum import CHECKED_COLUMNS, event_checksum
 
 Migration = Callable[[sqlite3.Connection], None]
 MIGRATIONS: list[Migration] = []
@@ -114,6 +115,15 @@ def m007_lexical_identifier_parts_and_places(conn: sqlite3.Connection) -> None:
     conn.executemany("INSERT INTO events_fts (rowid, text, place) VALUES (?, ?, ?)",
                      ((event_id, lexical.fts5_document(text), lexical.place_text(shown, section))
                       for event_id, text, section, shown in rows))
+
+
+@migration
+def m008_event_checksums(conn: sqlite3.Connection) -> None:
+    # A checksum of each event's text and anchors (checksum.py), checked when the row is read and by `epi doctor`.
+    # Rows stored before it get theirs now, from what they hold; a row an older epi writes later has NULL: unchecked.
+    conn.execute("ALTER TABLE events ADD COLUMN checksum INTEGER")
+    rows = conn.execute(f"SELECT id, {', '.join(CHECKED_COLUMNS)} FROM events").fetchall()
+    conn.executemany("UPDATE events SET checksum = ? WHERE id = ?", ((event_checksum(r[1:]), r[0]) for r in rows))
 
 
 def _applied(conn: sqlite3.Connection) -> set[str]:

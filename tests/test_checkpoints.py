@@ -134,6 +134,26 @@ def test_an_interrupted_ingest_resumes_to_the_events_of_an_uninterrupted_one(eng
     assert not list((store_dir / "ingest").iterdir())
 
 
+def test_a_truncated_window_file_is_not_restored_the_document_is_read_again_from_its_start(
+        engine, long_text, uninterrupted, tmp_path, monkeypatch):
+    """bench/damage.py: a window cut short made the resumed ingest fail ("does not fit this model or context") on
+    every run; its checksum in the checkpoint now sends the document back to its start instead."""
+    store_dir = tmp_path / "store"
+    ws = workspace_for(engine, store_dir)
+    power_cut_after(monkeypatch, 1)
+    [failed] = ingest(ws, store_dir, long_text)
+    assert failed.status == "failed"
+    monkeypatch.undo()
+    [window] = (store_dir / "ingest").iterdir()
+    with open(window, "r+b") as f:
+        f.truncate(window.stat().st_size * 2 // 3)
+    [resumed] = ingest(ws, store_dir, long_text)
+    assert resumed.status == "ingested", resumed.error
+    doc, events = events_of(store_dir)
+    assert not doc.partial and events == uninterrupted[1]  # read whole again: the uninterrupted run's events
+    assert not list((store_dir / "ingest").iterdir())
+
+
 def test_resuming_is_shown_and_a_changed_file_starts_over(engine, long_text, tmp_path, monkeypatch):
     store_dir = tmp_path / "store"
     doc_path = tmp_path / "long.txt"

@@ -281,6 +281,48 @@ def test_disk_full_in_sqlite_stops_the_run_with_one_line(tmp_path, monkeypatch):
     assert list(stored(store)) == [str(docs[0])]
 
 
+@pytest.fixture
+def small_filesystem(tmp_path):
+    """A 34 MB tmpfs (one checkpoint window of ~28 MB fits, two do not), unmounted afterwards."""
+    mount = tmp_path / "small-disk"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=34m", "tmpfs", str(mount)], capture_output=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here ({made.stderr.decode().strip()})")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_small_disk_counts_checkpoint_windows_and_a_resume_after_freeing_space_succeeds(tmp_path,
+                                                                                                small_filesystem):
+    """Issue 30, item 5: `--commit-every 4 --no-kv` on a disk with 5 MB free said "1 MB needed" though each
+    checkpoint window is ~28 MB, and after freeing space the ingest failed again and again: the next window was
+    written beside the last one, and two do not fit."""
+    doc = tmp_path / "doc1.md"
+    # ~4,000 tokens: checkpoints every 4 events, each with its window file (the first at about token 1,500)
+    doc.write_text(conftest.text_document() + "\n\n" + "\n".join(conftest.prose_lines(30, 120)), encoding="utf-8")
+    store = small_filesystem / "store"
+    ballast = small_filesystem / "ballast"
+    free = os.statvfs(small_filesystem)
+    ballast.write_bytes(bytes(free.f_bavail * free.f_frsize - 5 * 2**20))  # 5 MB left free
+    result = invoke("ingest", doc, "--store", store, "--commit-every", "4", "--no-kv")
+    err = assert_one_line_error(result, "disk full: ", f"needed for {doc}", "MB free at")
+    needed = int(err.split("disk full: ")[1].split(" MB needed")[0].replace(",", ""))
+    assert needed >= 25, err  # the window file counts (23,040 bytes a cell of the ingest context)
+    assert int(err.split("needed for")[1].split(", ")[1].split(" MB free")[0]) <= 5, err
+
+    ballast.unlink()  # everything else freed: one window fits, two do not
+    again = invoke("ingest", doc, "--store", store, "--commit-every", "4", "--no-kv", "--json")
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.stdout)["status"] == "ingested"
+    with Store.open_existing(store) as st:
+        [document] = st.documents()
+        assert not document.partial and document.n_events == len(st.events_of(document.id)) > 12
+    assert not list((store / "ingest").glob("*.window*"))  # no window stays once the document is complete
+
+
 def test_disk_full_estimate_counts_kv_blocks(engine, tmp_path):
     """The 'needed' figure: KV blocks dominate (about 12 KB per token at q8_0 with the bundled model)."""
     from conftest import workspace_for
@@ -308,6 +350,20 @@ def test_long_question_is_refused_with_the_limit_named(shared_store):
     question = "Where is the key? " * 1200  # ~21,600 characters, as in the issue
     result = invoke("ask", question, "--store", shared_store.store_dir)
     assert_one_line_error(result, f"{len(question):,} characters", f"at most {MAX_QUESTION_CHARS:,}")
+
+
+def test_a_question_of_2000_emoji_is_answered_from_the_sources_that_fit_beside_it(shared_store):
+    """Issue 30, 6: 2,000 emoji are ~6,000 tokens of the bundled model (3 a character): at the default -k the
+    sources (3,072 tokens) no longer fit beside them and kv mode said "lower -k"; they are cut to the room left."""
+    from episodic_cli.engine.budgets import ANSWER_CONTEXT, ANSWER_TOKENS, PROMPT_OVERHEAD
+
+    question = "\U0001F600" * MAX_QUESTION_CHARS
+    result = invoke("ask", question, "--store", shared_store.store_dir, "--json")
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.stdout)
+    assert answer["mode"] == "kv" and answer["sources"] and answer["answer"].strip()
+    room = ANSWER_CONTEXT - ANSWER_TOKENS - (3 * MAX_QUESTION_CHARS + PROMPT_OVERHEAD)
+    assert 0 < answer["retrieved_tokens"] <= room
 
 
 def test_empty_question_is_refused_before_the_model_loads(shared_store, monkeypatch):
@@ -438,3 +494,71 @@ def test_asking_a_store_whose_wal_lost_a_commit_answers_from_what_is_left(power_
     assert result.exit_code == 0 and "Traceback" not in result.output, result.output
     sources = json.loads(result.stdout)["sources"]
     assert sources and {s["document"] for s in sources} == set(before)
+
+
+# ----------------------------------------------------------------------------- issue 30, item 6: small ones
+
+
+def test_sigterm_says_what_happened_like_ctrl_c_and_keeps_what_was_committed(tmp_path):
+    """The real entry point, terminated mid-ingest: exit 143 with one line, the store still opens."""
+    import signal
+    import time
+
+    doc = tmp_path / "long.txt"
+    doc.write_text(conftest.text_document(), encoding="utf-8")
+    store = tmp_path / "store"
+    env = {**os.environ, "EPI_HOME": os.environ["EPI_HOME"]}
+    proc = subprocess.Popen([sys.executable, "-m", "episodic_cli", "ingest", str(doc), "--store", str(store),
+                             "--commit-every", "2", "--answer-model", "none"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 300
+    while not (store / "store.sqlite3").exists():  # the model is loaded and reading
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(2)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == "error: terminated (SIGTERM); everything committed before it is kept", err
+    with Store.open_existing(store) as st:  # what was committed is kept and readable
+        assert st.health() == []
+
+
+def test_a_directory_link_in_a_walked_folder_is_named_not_silently_skipped(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text(PROSE, encoding="utf-8")
+    tree = tmp_path / "project"
+    tree.mkdir()
+    (tree / "notes.txt").write_text(PROSE, encoding="utf-8")
+    (tree / "linked").symlink_to(outside, target_is_directory=True)
+    store = tmp_path / "store"
+    result = invoke("ingest", tree, "--store", store, "--json")
+    assert result.exit_code == 0, result.output
+    records = {Path(r["path"]).name: r for r in map(json.loads, result.stdout.splitlines())}
+    assert records["notes.txt"]["status"] == "ingested"
+    assert records["linked"]["status"] == "skipped" and "a link to a directory, not followed" in records["linked"]["error"]
+    assert list(stored(store)) == [str(tree / "notes.txt")]  # not followed: nothing from outside the folder
+    human = invoke("ingest", tree, "--store", store)
+    assert "linked: skipped (a link to a directory, not followed" in human.stderr, human.stderr
+
+
+def test_a_file_name_with_a_newline_stays_on_one_line_in_ls_show_and_rm(tmp_path):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "first\nsecond.txt").write_text(PROSE, encoding="utf-8")
+    (folder / "plain.txt").write_text("Another document. " + PROSE, encoding="utf-8")
+    store = tmp_path / "store"
+    assert invoke("ingest", folder, "--store", store, "--json").exit_code == 0
+    listed = invoke("ls", "--store", store)
+    table = listed.stdout.split("\n\n")[0].splitlines()  # the header and one line per document (long paths cut)
+    assert len(table) == 3 and all(" text " in row for row in table[1:]), listed.stdout
+    with Store.open_existing(store) as st:
+        doc = next(d for d in st.documents() if "\n" in d.display_path)
+        event = st.events_of(doc.id)[0]
+    shown = invoke("show", event.id, "--store", store)
+    assert "/first\\nsecond.txt, lines 1-1 · event 1 of 1" in shown.stdout.splitlines()[0], shown.stdout
+    removed = invoke("rm", doc.display_path.replace("\n", "\\n"), "--store", store)  # the name as `ls` shows it
+    assert removed.exit_code == 0, removed.output
+    assert [Path(p).name for p in stored(store)] == ["plain.txt"]

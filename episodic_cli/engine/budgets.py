@@ -5,6 +5,10 @@ docs/layered.md.
 ANSWER_CONTEXT = 8192  # the answer context, or the model's training window if that is shorter
 ANSWER_TOKENS = 256  # the longest answer
 QUESTION_ROOM = 768  # positions kept after the sources for the question part (and chat history)
+# Beside a question longer than QUESTION_ROOM (2,000 characters of emoji are ~6,000 tokens): what the prompt adds to
+# its words (system rules, chat template, a heading per source), so that the sources are cut to the room left.
+PROMPT_OVERHEAD = 256
+MIN_SOURCE_ROOM = 256  # fewer positions left for sources than this: the question is refused as too long for them
 EVIDENCE_BUDGET = 3072  # tokens of retrieved events an answer reads at most
 # A question reading whole events prefills those without a block for the answer model at most this long; the least
 # relevant of the rest are left out (Workspace.fit_cold; docs/benchmarks.md, "Answer models").

@@ -1,6 +1,7 @@
 """What `epi doctor` checks, as plain rows (what, value, ok-or-None); the CLI renders them."""
 from __future__ import annotations
 
+import os
 import platform
 import re
 import sys
@@ -9,7 +10,10 @@ from contextlib import AbstractContextManager, nullcontext
 from importlib import metadata
 
 from .. import __version__
-from ..store import Store, StoreError
+from ..store import Store, StoreBusyError, StoreDamagedError, StoreError
+from ..store.kv_tier import KVSpace
+from ..store.damage import readable_parts
+from ..store.episodic_store import DB_NAME
 from .documents import page_ocr
 from .errors import EpiError
 from .kv.keys import k_shift_left_to_llama_cpp, rope_params
@@ -25,6 +29,8 @@ PINNED_LLAMA_CPP = "0.3.36"
 # decode kernel, +epi3 also its kernel for prompts (a question decoded as one batch)
 FLASH_DECODE_PATCH_LEVEL = 2
 PROMPT_KERNEL_PATCH_LEVEL = 3
+# `doctor --quick` compares this many of the index's vectors (chosen at random) with SQLite's instead of all: ~0.1 s.
+INDEX_SAMPLE = 1000
 
 
 def patch_level(version: str) -> int:
@@ -139,8 +145,11 @@ def collect(model: str | None, store: str | None, verify_blocks: bool = True, re
     except Exception as exc:  # noqa: BLE001 - any failure here is what doctor must report, not raise
         rows.append(("embedder", f"failed to load: {exc}", False))
     path = store_path(store)
-    if not (path / "store.sqlite3").exists():
-        rows.append(("store", f"{path} does not exist yet (created by `epi ingest`)", None))
+    if not (path / DB_NAME).exists():
+        if store is None and not os.environ.get("EPI_STORE"):  # the default store, before a first ingest: fine
+            rows.append(("store", f"{path} does not exist yet (created by `epi ingest`)", None))
+        else:  # a store the user named: the same words and exit code as every other command
+            rows.append(("store", f"no store at {path}; run `epi ingest` first", False))
         return rows
     try:
         with Store.open_existing(path) as st:
@@ -154,11 +163,107 @@ def collect(model: str | None, store: str | None, verify_blocks: bool = True, re
                 rows.append(("store embedder", "matches the embedder in use", True))
             except StoreError as exc:
                 rows.append(("store embedder", str(exc), False))
+            rows.append(_event_checksum_row(st))
+            rows.append(_index_row(st, sample=None if verify_blocks else INDEX_SAMPLE, repair=repair))
+            space = st.kv_space()
+            rows += _leftover_rows(st, space, repair)
+            rows.append(_kv_budget_row(space, repair))
             if verify_blocks:
                 rows.append(_kv_block_row(st, repair, progress))
+    except StoreDamagedError as exc:
+        rows += damaged_store_rows(path, exc, repair)
     except StoreError as exc:
         rows.append(("store", str(exc), False))
     return rows
+
+
+def damaged_store_rows(path, exc: StoreDamagedError, repair: bool) -> list[tuple[str, str, bool | None]]:
+    """A damaged database: what SQLite said, what can still be read, and what to do (doctor never rewrites it)."""
+    rows: list[tuple[str, str, bool | None]] = [
+        ("store", f"{path}: the database file is damaged ({exc.__cause__ or exc}); nothing was changed", False)]
+    rows += [("store readable", line, None) for line in readable_parts(path, DB_NAME)]
+    not_repaired = "--repair does not rewrite a damaged database: " if repair else ""
+    rows.append(("store repair", f"{not_repaired}re-ingest the documents into --store NEW (`epi ls` and `epi show` "
+                                 "still read what is listed as readable here)", False))
+    return rows
+
+
+def _named_events(st: Store, ids: list[int]) -> str:
+    """'event 12 of book.pdf; event 40 of notes.md and 3 more': the first five of `ids`, with their documents."""
+    named = [f"event {ev.id} of {st.get_document(ev.document_id).display_path}" for ev in st.get_events(ids[:5])]
+    return "; ".join(named) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+
+
+def _event_checksum_row(st: Store) -> tuple[str, str, bool]:
+    """Every event's text and anchors against its checksum: SQLite's integrity_check passes a page whose cells were
+    altered in place, and the altered text would be quoted and answered from."""
+    damaged = st.damaged_events()
+    if not damaged:
+        return ("event checksums", f"all {st.stats()['n_events']:,} events match their checksums", True)
+    named = "; ".join(f"event {event_id} of {doc}" for event_id, doc in damaged[:5])
+    more = f" and {len(damaged) - 5} more" if len(damaged) > 5 else ""
+    docs = sorted({doc for _, doc in damaged})
+    return ("event checksums", f"{len(damaged)} damaged event(s), their text or place altered: {named}{more}. Ingest "
+                               f"{', '.join(docs[:3])}{' ...' if len(docs) > 3 else ''} again (same store) to restore "
+                               "them; until then they are refused where read", False)
+
+
+def _index_row(st: Store, sample: int | None, repair: bool) -> tuple[str, str, bool]:
+    """Whether the dense index holds, under each event's id, the vector SQLite has for it: a damaged index.hnsw with
+    the right labels and size is otherwise read as is, and changes which events answer."""
+    checked, differing = st.index_differences(sample)
+    what = f"{checked:,} vectors (a random sample: --quick)" if sample is not None else f"all {checked:,} vectors"
+    if not differing:
+        return ("dense index", f"{what} match the embeddings in SQLite", True)
+    found = f"{len(differing)} of {what} differ from the embeddings in SQLite ({_named_events(st, differing)})"
+    if repair:
+        st.rebuild_index()
+        return ("dense index", f"{found}; rebuilt it from SQLite", True)
+    return ("dense index", f"{found}: questions would find the wrong events. Run `epi doctor --repair` to rebuild it",
+            False)
+
+
+def _mb(n_bytes: int) -> str:
+    return f"{n_bytes / 1e6:,.1f} MB"
+
+
+def _leftover_rows(st: Store, space: KVSpace, repair: bool) -> list[tuple[str, str, bool | None]]:
+    """What interrupted or overtaken work left: temporary files of writes cut short (removed: nothing uses them),
+    and blocks no event names any more (a document removed while an answer prepared its blocks)."""
+    try:
+        with st.writer():  # an ingest's blocks exist before its commit names them: judge them only between writers
+            temporaries = st.remove_leftover_temporaries()
+            space.used_bytes()  # counting the blocks removes the temporary block files of interrupted writes
+            temporaries += space.temporaries_removed
+            n_dead, dead_bytes = st.kv_garbage()
+            if n_dead and repair:
+                st.collect_kv_garbage()
+    except StoreBusyError:
+        return [("leftovers", "not checked: another epi process is writing the store", None)]
+    rows: list[tuple[str, str, bool | None]] = []
+    if temporaries:
+        names = ", ".join(p.name for p, _ in temporaries[:3]) + (" ..." if len(temporaries) > 3 else "")
+        rows.append(("leftovers", f"removed {len(temporaries)} temporary file(s) of interrupted writes "
+                                  f"({_mb(sum(n for _, n in temporaries))}: {names})", True))
+    if n_dead:
+        found = f"{n_dead} KV block(s) ({_mb(dead_bytes)}) of events no longer in the store"
+        rows.append(("leftovers", f"{found}: removed" if repair else
+                     f"{found}. Run `epi doctor --repair` (or `epi compact`) to remove them", repair))
+    return rows
+
+
+def _kv_budget_row(space: KVSpace, repair: bool) -> tuple[str, str, bool]:
+    """Whether the KV tiers' files fit the store's budget: writers keep to it, but files copied in, or written by
+    an older epi that read the budget once per run, can exceed it, and then no new block is ever kept."""
+    used, budget, over = space.used_bytes(), space.budget, space.over_budget()
+    if not over:
+        return ("kv budget", f"blocks use {_mb(used)} of the {_mb(budget)} budget", True)
+    found = f"blocks use {_mb(used)}, {_mb(over)} over the {_mb(budget)} budget"
+    if repair:
+        removed = space.shrink_to_budget()
+        return ("kv budget", f"{found}: evicted {_mb(removed)} of least recently used blocks", True)
+    return ("kv budget", f"{found}, so no new block can be kept. Run `epi doctor --repair` to evict least recently "
+                         "used blocks down to it, or raise it with `epi config --kv-budget SIZE`", False)
 
 
 def _kv_block_row(st: Store, repair: bool, progress: ByteProgress | None) -> tuple[str, str, bool]:

@@ -19,7 +19,8 @@ from .answer.records import Answer
 from .answer.short_answer import answer_spans, asks_for_a_fact
 from .answer.text_mode import TextModeAnswerer
 from .budgets import (ANSWER_CONTEXT, ANSWER_TOKENS, DEFAULT_K, EVIDENCE_BUDGET, LAYER_BUDGET, LAYERED_ANCHOR_TOKENS,
-                      LAYERED_POOL_K, MAX_POOL, QUESTION_ROOM, WARM_RUN_TOKENS)
+                      LAYERED_POOL_K, MAX_POOL, MIN_SOURCE_ROOM, PROMPT_OVERHEAD, QUESTION_ROOM,
+                      WARM_RUN_TOKENS)
 from .documents.structure import describe as describe_section
 from .embed.embedder import EMBED_DIM, EMBEDDER_NAME, Embedder
 from .errors import EpiError
@@ -106,8 +107,7 @@ class AskResult:
 
 def apply_kv_budget(store: Store, n_bytes: int) -> None:
     """Record a new KV budget and evict down to it at once (least recently used blocks first)."""
-    store.set_kv_budget(n_bytes)
-    store.kv_space().shrink_to_budget()
+    store.change_kv_budget(n_bytes)
 
 
 @dataclass
@@ -263,6 +263,16 @@ class Workspace:
         """Tokens of sources the answer context holds in order, beside the question and the answer."""
         return self.answer_context - ANSWER_TOKENS - QUESTION_ROOM
 
+    def room_beside(self, question: str, history: list[dict[str, str]] | None = None) -> int:
+        """Tokens of sources that fit beside this question (and chat history): room(), or less for a question that
+        takes more than QUESTION_ROOM; a question leaving almost none is refused in one line."""
+        asked = len(self.model.tokenize(question)) + sum(len(self.model.tokenize(m["content"])) for m in history or [])
+        room = self.answer_context - ANSWER_TOKENS - max(QUESTION_ROOM, asked + PROMPT_OVERHEAD)
+        if room < MIN_SOURCE_ROOM:
+            raise EpiError(f"the question takes {asked:,} tokens of the answer model's {self.answer_context:,}, "
+                           "leaving no room for sources; shorten it")
+        return min(room, self.room())
+
     def pool_tokens(self) -> int:
         """Tokens of blocks in a layered answer's pool."""
         return self.layered_pool or self.room()
@@ -328,8 +338,10 @@ class Workspace:
         mode = mode or self.default_mode(store)
         if epman and mode != "kv":
             raise EpiError("--epman weights KV blocks, so it needs kv mode (a store ingested with KV blocks)")
+        # The sources are cut to the room the question leaves (the best hit is always read: room_beside keeps one)
+        room = min(EVIDENCE_BUDGET, self.room_beside(question, history))
         retrieved = relevance_order(self.retrieve(store, search, k, neighbours, scope=scope,  # the order read
-                                                  token_budget=LAYERED_ANCHOR_TOKENS if layered else None))
+                                                  token_budget=min(LAYERED_ANCHOR_TOKENS, room) if layered else room))
         anchors = {r.event.id for r in retrieved}
         if layered:  # a pool of whole blocks; each layer picks its own (narrowing would leave no blocks to pick)
             retrieved = self.pool(store, search, k, neighbours, scope)

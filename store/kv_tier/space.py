@@ -149,9 +149,11 @@ class Tier:
 class KVSpace:
     """The KV tiers of one store (`kv_dir`) under `budget_bytes` for all of them together."""
 
-    def __init__(self, kv_dir: Path, budget_bytes: int):
+    def __init__(self, kv_dir: Path, budget_bytes: int | Callable[[], int]):
         self.kv_dir = Path(kv_dir)
-        self.budget = int(budget_bytes)
+        # A callable is asked at each write, under the lock: a long-running writer (an answer preparing blocks for
+        # a minute) then honours a budget lowered meanwhile from its next block on, not the one it started with.
+        self._budget_of = budget_bytes if callable(budget_bytes) else (lambda n=int(budget_bytes): n)
         self._used: int | None = None     # bytes of block files, counted from the files under the lock
         self._stamp_seen: bytes | None = None
         self._lock_depth = 0
@@ -159,6 +161,16 @@ class KVSpace:
         # process (its writes pushed, touched files re-queued when popped); rebuilt when another process changed the
         # space. Scanning every file per eviction cost 1.3 s at 45,000 blocks (bench/kv_space.py).
         self._lru: list[tuple[float, str]] | None = None
+        # Temporary block files of interrupted writes (kill -9) this object removed, with their sizes: doctor says so.
+        self.temporaries_removed: list[tuple[Path, int]] = []
+
+    @property
+    def budget(self) -> int:
+        return int(self._budget_of())
+
+    @budget.setter
+    def budget(self, n_bytes: int) -> None:
+        self._budget_of = lambda n=int(n_bytes): n
 
     def tier(self, config: TierConfig) -> Tier:
         return Tier(self, config)
@@ -233,7 +245,12 @@ class KVSpace:
             stamp = self._read_stamp()
             if self._used is None or stamp != self._stamp_seen:
                 for tmp in self._temporary_files():  # a writer holds this lock while it writes: these are orphans
-                    tmp.unlink(missing_ok=True)
+                    try:
+                        size = tmp.stat().st_size
+                        tmp.unlink()
+                    except FileNotFoundError:
+                        continue
+                    self.temporaries_removed.append((tmp, size))
                 self._used = sum(f.size for f in self.block_files())
                 self._stamp_seen = stamp
                 self._lru = None
@@ -269,16 +286,17 @@ class KVSpace:
             if path.exists():
                 tier.touch(key)
                 return Admission.PRESENT
-            if size > self.budget:
+            budget = self.budget  # the budget in force now (see __init__)
+            if size > budget:
                 return Admission.NO_BUDGET
-            over = self._used + size - self.budget
+            over = self._used + size - budget
             if over > 0:
                 if not on_use:
                     return Admission.NO_BUDGET
                 if not tier._seen_before(key):
                     return Admission.DEFERRED
                 self._evict(over)
-                if self._used + size > self.budget:
+                if self._used + size > budget:
                     return Admission.NO_BUDGET
             if disk_free_bytes(self.kv_dir) - size < DISK_RESERVE_BYTES:
                 return Admission.NO_DISK
@@ -329,6 +347,20 @@ class KVSpace:
                 self._used -= removed
                 self._changed()
         return removed
+
+    def change_budget(self, n_bytes: int, record: Callable[[int], None]) -> int:
+        """A new budget: evict down to it, then `record` it (where writers read it), both under the lock, so that no
+        block is written in between and the files never exceed the budget in force; bytes removed."""
+        with self._locked():
+            over = self._used - n_bytes
+            removed = self._evict(over) if over > 0 else 0
+            record(n_bytes)
+            return removed
+
+    def over_budget(self) -> int:
+        """Bytes the block files hold beyond the budget (0 when within it): left by an older epi, or a copy."""
+        with self._locked():
+            return max(0, self._used - self.budget)
 
     def shrink_to_budget(self) -> int:
         """After the budget was lowered: evict least recently used blocks until the files fit; bytes removed."""

@@ -160,6 +160,7 @@ class SourceDocument:
 
 
 EMPTY_FILE = "empty file"  # the reason of a quiet skip: an empty __init__.py is normal in a code folder
+DIR_LINK = "a link to a directory, not followed (pass the directory itself to ingest it)"
 
 
 @dataclass
@@ -280,7 +281,11 @@ def _walk_dir(directory: Path, top_rel: str, display_rel: str, rules: _Rules) ->
                 continue
             yield from _walk_dir(path, f"{top_rel}{name}/", f"{display_rel}{name}/", rules)
             continue
-        # Directory symlinks (is_dir false above, is_file false here) are never followed: no loops, no escapes.
+        # Directory symlinks (is_dir false above, is_file false here) are never followed: no loops, no escapes. Said
+        # once each, since what they lead to (often outside the folder) is then silently missing from the store.
+        if not is_file and entry.is_symlink() and path.is_dir() and not _ignored(rules, top_rel + name, True):
+            yield Skipped(path, DIR_LINK)
+            continue
         if not is_file or not _is_candidate(name) or _ignored(rules, top_rel + name, False):
             continue
         try:

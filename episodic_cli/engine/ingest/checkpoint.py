@@ -36,6 +36,9 @@ class Checkpoint:
     surprise_from: int       # surprise[surprise_from : window.next_token + 1] is kept in `surprise`
     surprise: str            # base64 of float32 little-endian values
     valid_for: dict          # content sha256, token count, segmentation parameters, segmenter model
+    # SHA-256 of the window file's bytes: a damaged file (a truncated one made the document fail on every run) is
+    # not restored, and the document is read again from its start. Empty in checkpoints written before it.
+    window_sha256: str = ""
 
     def to_json(self) -> str:
         data = asdict(self)

@@ -10,6 +10,8 @@ replaced) and complete after its last.
 """
 from __future__ import annotations
 
+import errno
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -91,7 +93,9 @@ class DocumentPass:
         if checkpoint is None or checkpoint.valid_for != self.valid_for() or checkpoint.n_events != existing.n_events:
             return None
         blob = read_snapshot(snapshot_path(self.store.path, existing.id, checkpoint.window.next_token))
-        return None if blob is None else (checkpoint, blob)
+        if blob is None or (checkpoint.window_sha256 and hashlib.sha256(blob).hexdigest() != checkpoint.window_sha256):
+            return None  # missing or damaged: the document is read from its start (what was committed stays meanwhile)
+        return checkpoint, blob
 
     # -- the pass ----------------------------------------------------------------------------------------------------
 
@@ -160,13 +164,23 @@ class DocumentPass:
             self.document = self.store.begin_document(self.record)
         start, scored, candidates = self.segmenter.state()
         surprise_from = max(0, min(start, scored - self.params.tau))
+        blob = self.session.window_blob()
         checkpoint = Checkpoint(
             window=state, n_events=self.committed + len(events), segmenter_start=start, scored=scored,
             candidates=candidates, surprise_from=surprise_from,
             surprise=Checkpoint.pack_surprise(self.surprise[surprise_from : state.next_token + 1]),
-            valid_for=self.valid_for())
+            valid_for=self.valid_for(), window_sha256=hashlib.sha256(blob).hexdigest())
         path = snapshot_path(self.store.path, self.document.id, state.next_token)
-        write_snapshot(path, self.session.window_blob())
+        try:
+            write_snapshot(path, blob)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            # No room for a second window beside the last checkpoint's (~28 MB each): give that one up and write
+            # again, or a small disk fails here on every resume. A crash before the commit below then reads the
+            # document again from its start instead of resuming it; nothing committed is lost.
+            remove_older_snapshots(path)
+            write_snapshot(path, blob)
         self.store.append_events(self.document.id, events, checkpoint.to_json())
         remove_older_snapshots(path)
         self.committed += len(events)

@@ -5,12 +5,21 @@ from ..documents.blocks import BLOCK_KINDS
 from ..documents.structure import describe as describe_section
 from .retrieve import RetrievedEvent
 
+# Control characters in a file name (a newline is legal on POSIX) would break an `epi ls` row or a citation in two:
+# they are shown escaped, as Python writes them; every other character, non-ASCII included, as it is.
+_ESCAPES = {c: ascii(chr(c))[1:-1] for c in (*range(0x20), 0x7F)}
+
+
+def printable(name: str) -> str:
+    """A document name on one line: 'a\\nb.txt' for a name holding a newline."""
+    return name.translate(_ESCAPES)
+
 
 def citation(r: RetrievedEvent, structure: bool = True) -> str:
     """`book.pdf, ch. 3 "The Betrayal", pp. 41-42`, `src/util.py, class Cache, def get, lines 80-112`; the place in
     the document's structure only where the event records one (and `structure`)."""
     ev = r.event
-    head = r.document.display_path
+    head = printable(r.document.display_path)
     place = describe_section(r.section) if structure else None
     if place:
         head = f"{head}, {place}"
