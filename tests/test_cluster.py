@@ -7,13 +7,18 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from conftest import _home, prose_lines, tier_block_paths
+from conftest import _home, assert_one_line_error, prose_lines, tier_block_paths
 
 # Read by Ray when it is first imported: every server of the test cluster on 127.0.0.1, token auth as `--cluster
 # local` sets it (stated, so that Ray prints no warning about it).
@@ -109,3 +114,88 @@ def test_cluster_ingest_equals_local(cluster, docs, local_store, tmp_path):
     assert_same_store(store, local_store)
     again = ingest(docs, store, "--cluster", cluster, *ON_CLUSTER)  # skip-unchanged is the driver's
     assert statuses(again.stdout) == {f"doc{i}.txt": "unchanged" for i in range(3)}
+
+
+def ray_task_processes() -> list[int]:
+    """Pids of Ray worker processes running an ingest task now (Ray titles a busy worker `ray::<task>`)."""
+    pids = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            title = cmdline.read_bytes().split(b"\0")[0]
+        except OSError:
+            continue
+        if title.startswith(b"ray::ingest_document"):
+            pids.append(int(cmdline.parent.name))
+    return pids
+
+
+def test_worker_killed_mid_document_is_retried(cluster, docs, local_store, tmp_path):
+    store = tmp_path / "store"
+    box = {}
+    run = threading.Thread(target=lambda: box.update(result=ingest(docs, store, "--cluster", cluster, *ON_CLUSTER)))
+    run.start()
+    killed = None
+    deadline = time.monotonic() + 120
+    while killed is None and time.monotonic() < deadline and run.is_alive():
+        busy = ray_task_processes()
+        if busy:
+            time.sleep(1.0)  # well inside a document's pass (several seconds each)
+            if busy[0] in ray_task_processes():
+                os.kill(busy[0], signal.SIGKILL)
+                killed = busy[0]
+        time.sleep(0.05)
+    run.join(300)
+    assert killed is not None, "no worker was seen reading a document"
+    result = box["result"]
+    assert result.exit_code == 0, result.output
+    # The killed worker's document was read again by another process and landed once, whole.
+    assert statuses(result.stdout) == {f"doc{i}.txt": "ingested" for i in range(3)}
+    assert len(result.stdout.splitlines()) == 3
+    assert_same_store(store, local_store)
+
+
+def test_driver_killed_then_rerun_resumes(cluster, docs, local_store, tmp_path):
+    store = tmp_path / "store"
+    command = [sys.executable, "-m", "episodic_cli", "ingest", str(docs), "--store", str(store), "--json",
+               *SEGMENTATION, "--cluster", cluster, *ON_CLUSTER]
+    driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    first = json.loads(driver.stdout.readline())  # one document committed
+    driver.kill()
+    driver.wait(30)
+    assert first["status"] == "ingested"
+    rerun = ingest(docs, store, "--cluster", cluster, *ON_CLUSTER)
+    assert rerun.exit_code == 0, rerun.output
+    done = statuses(rerun.stdout)
+    assert done.pop(Path(first["path"]).name) == "unchanged"
+    assert all(status in ("ingested", "unchanged") for status in done.values()), done
+    assert_same_store(store, local_store)
+
+
+def test_unreachable_cluster_is_one_line(docs, tmp_path):
+    started = time.monotonic()
+    result = ingest(docs, tmp_path / "store", "--cluster", "127.0.0.1:9")
+    assert_one_line_error(result, "cannot reach the Ray cluster at 127.0.0.1:9")
+    assert time.monotonic() - started < 30
+    assert not (tmp_path / "store").exists()  # refused before anything was created
+
+
+def test_worker_without_the_model_is_one_line(cluster, docs, tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from episodic_cli.engine.workspace import Workspace
+
+    job_of = Workspace.cluster_job
+    # The workers are told to expect another model file than the one they find: what a node with a different
+    # file at the same name meets.
+    monkeypatch.setattr(Workspace, "cluster_job",
+                        lambda self, ingestor, spec: replace(job_of(self, ingestor, spec), model_sha256="0" * 64))
+    result = ingest(docs, tmp_path / "store", "--cluster", cluster, *ON_CLUSTER)
+    assert_one_line_error(result, "has another model file")
+
+
+def test_workers_without_a_local_cluster_is_one_line(docs, tmp_path):
+    result = ingest(docs, tmp_path / "store", "--workers", "2")
+    assert_one_line_error(result, "--workers goes with --cluster local")
+    result = ingest(docs, tmp_path / "store", "--cluster", "10.0.0.5", "--workers", "2")
+    assert_one_line_error(result, "--workers sizes a cluster started here")
+    assert not (tmp_path / "store").exists()

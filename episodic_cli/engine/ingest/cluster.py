@@ -212,6 +212,23 @@ def _probe(address: str) -> None:
                        "and is the port open?") from exc
 
 
+def _errors_to_stderr() -> None:
+    """Ray prints the cluster's error messages ("a worker died...") on the driver's stdout, where `--json` writes
+    its results: they go to stderr instead. Ray offers no setting for it, so its printer is wrapped (if it is
+    there: another Ray release may print elsewhere)."""
+    from ray._private import worker
+
+    printer = getattr(worker, "print_to_stdstream", None)
+    if printer is None or getattr(printer, "epi_to_stderr", False):
+        return
+
+    def to_stderr(data, ignore_prefix: bool):
+        printer({**data, "is_err": True}, ignore_prefix)
+
+    to_stderr.epi_to_stderr = True
+    worker.print_to_stdstream = to_stderr
+
+
 def connect(spec: ClusterSpec):
     """Ray, connected as `spec` says; returns (ray, whether this run started the connection and must end it)."""
     if not spec.local:
@@ -223,6 +240,7 @@ def connect(spec: ClusterSpec):
             os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
             os.environ.setdefault("RAY_AUTH_MODE", "token")
     ray = _import_ray()
+    _errors_to_stderr()
     if ray.is_initialized():  # a Ray program (or a test) that ingests through epi: its connection is used
         return ray, False
     import logging
