@@ -199,3 +199,21 @@ def test_workers_without_a_local_cluster_is_one_line(docs, tmp_path):
     result = ingest(docs, tmp_path / "store", "--cluster", "10.0.0.5", "--workers", "2")
     assert_one_line_error(result, "--workers sizes a cluster started here")
     assert not (tmp_path / "store").exists()
+
+
+def test_long_documents_are_read_by_the_driver(cluster, docs, local_store, tmp_path, monkeypatch):
+    from episodic_cli.engine.ingest import cluster as cluster_module
+    from episodic_cli.engine.ingest.pipeline import Ingestor
+
+    # Every document counts as long here: a worker hands it back unread and the driver reads it with the local
+    # pipeline (its checkpoints are test_checkpoints.py's), seen here because workers are other processes.
+    monkeypatch.setattr(cluster_module, "RESULT_LIMIT", 1)
+    read_here = []
+    ingest_one = Ingestor.ingest_one
+    monkeypatch.setattr(Ingestor, "ingest_one",
+                        lambda self, path, *rest: (read_here.append(path.name), ingest_one(self, path, *rest))[1])
+    result = ingest(docs, tmp_path / "store", "--cluster", cluster, *ON_CLUSTER)
+    assert result.exit_code == 0, result.output
+    assert statuses(result.stdout) == {f"doc{i}.txt": "ingested" for i in range(3)}
+    assert sorted(read_here) == [f"doc{i}.txt" for i in range(3)]
+    assert_same_store(tmp_path / "store", local_store)

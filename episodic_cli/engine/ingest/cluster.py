@@ -71,7 +71,7 @@ def cluster_spec(address: str | None, workers: int | None, threads: int | None) 
         raise EpiError("--workers sizes a cluster started here (--cluster local); a running cluster has its own")
     if address != LOCAL:
         _probe(address)  # before any model loads
-    return ClusterSpec(address, workers, threads)
+    return ClusterSpec(address, workers, threads, RESULT_LIMIT)
 
 
 @dataclass(frozen=True)
