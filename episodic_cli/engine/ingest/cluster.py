@@ -258,6 +258,28 @@ def connect(spec: ClusterSpec):
     return ray, True
 
 
+def commit(local: Ingestor, done: DocumentResult, progress: IngestProgress) -> IngestResult:
+    """The driver's single write of a worker's document: its blocks offered as the pass offered them, then the
+    document and its events in one transaction (replacing an earlier or partial version)."""
+    result = done.result
+    if result.status != "ingested":
+        return result
+    progress.document_started(result.display_path, result.tokens)
+    progress.tokens_done(result.tokens)
+    keeper = local.keeper
+    try:
+        if keeper is not None:
+            for key, block_type, n_tokens, payload, rep_keys, on_use in done.blocks:
+                if not keeper.has(key):  # as the local pass: a block already kept is not written again
+                    keeper.offer_encoded(key, block_type, n_tokens, payload, rep_keys, on_use)
+        local.store.replace_document(done.record, done.events)
+    except Exception as exc:  # noqa: BLE001 - as a local ingest: the run goes on with the next document
+        local._stop_if_disk_full(exc, None, result.tokens)
+        result.status, result.events = "failed", 0
+        result.error = f"{exc} (nothing of this file was stored)"
+    return result
+
+
 class ClusterIngestor:
     """Ingestor's `ingest` with the documents read by Ray workers; `local` is the run's own Ingestor: its store is
     written here only (skip-unchanged, commits) and it reads the deferred long documents itself."""
@@ -342,26 +364,8 @@ class ClusterIngestor:
             return DocumentResult(IngestResult(str(path), display_path, "failed", error=error))
 
     def _commit(self, done: DocumentResult, progress: IngestProgress) -> IngestResult:
-        """The driver's single write of a worker's document: its blocks offered as the pass offered them, then the
-        document and its events in one transaction (replacing an earlier or partial version)."""
-        result = done.result
         self.workers_seen.add(done.worker)
-        if result.status != "ingested":
-            return result
-        progress.document_started(result.display_path, result.tokens)
-        progress.tokens_done(result.tokens)
-        keeper = self.local.keeper
-        try:
-            if keeper is not None:
-                for key, block_type, n_tokens, payload, rep_keys, on_use in done.blocks:
-                    if not keeper.has(key):  # as the local pass: a block already kept is not written again
-                        keeper.offer_encoded(key, block_type, n_tokens, payload, rep_keys, on_use)
-            self.local.store.replace_document(done.record, done.events)
-        except Exception as exc:  # noqa: BLE001 - as a local ingest: the run goes on with the next document
-            self.local._stop_if_disk_full(exc, None, result.tokens)
-            result.status, result.events = "failed", 0
-            result.error = f"{exc} (nothing of this file was stored)"
-        return result
+        return commit(self.local, done, progress)
 
     @staticmethod
     def _finished(result: IngestResult, progress: IngestProgress) -> IngestResult:
