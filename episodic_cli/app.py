@@ -19,6 +19,7 @@ from .engine.documents.sources import Skipped, discover, document_format
 from .engine.documents.structure import decode as decode_section
 from .engine.documents.structure import describe as describe_section
 from .engine.errors import EpiError, Terminated
+from .engine.ingest.cluster import cluster_spec
 from .engine.ingest.document_pass import DEFAULT_COMMIT_EVERY
 from .engine.ingest.segment import REFINE_METHODS, SegmentParams
 from .engine.ingest.watch import plan, watch_changes
@@ -111,6 +112,8 @@ def ingest(
     kv: Annotated[bool, typer.Option("--kv/--no-kv", help="Keep KV blocks (fast answers in kv mode). --no-kv keeps only text: it sets the store's KV budget to 0 (answers in text mode).")] = True,
     kv_budget: KVBudgetOpt = None,
     commit_every: Annotated[int, typer.Option(min=1, help="Commit a long document every N events, so that an interrupted ingest resumes from there (run the same command again).")] = DEFAULT_COMMIT_EVERY,
+    cluster: Annotated[Optional[str], typer.Option("--cluster", envvar="EPI_CLUSTER", help="Read the files on a Ray cluster's workers (this process writes the store): the head's HOST:PORT, or `local` to start one here on 127.0.0.1 (docs/cluster.md). Needs `pip install 'epi[cluster]'`.", show_default=False)] = None,
+    workers: Annotated[Optional[int], typer.Option(min=1, help="With --cluster local: worker processes (default 2).", show_default=False)] = None,
     answer_model: Annotated[Optional[str], typer.Option("--answer-model", help="After reading, prepare this model's KV blocks for the new documents (`epi warm`), so that its answers load them: default the answer model (`qwen-1.5b` when installed, or $EPI_MODEL); `none` skips it (questions then read what they can from text, see `epi ask --cold-seconds`).", show_default=False)] = None,
     watch: Annotated[bool, typer.Option("--watch", help="After reading, keep watching PATHS: added and changed files are read, removed or renamed ones leave the store with their KV blocks, until Ctrl-C. The store stays locked for other writers meanwhile; the answer model builds blocks for changed files when asked (or `epi warm`).")] = False,
     as_json: JsonOpt = False,
@@ -136,6 +139,7 @@ def ingest(
     if refine not in REFINE_METHODS:
         raise EpiError(f"unknown --refine {refine!r}: use {', '.join(REFINE_METHODS)}")
     params = SegmentParams(gamma=gamma, min_tokens=min_tokens, max_tokens=max_tokens, refine=refine)
+    spec = cluster_spec(cluster, workers, threads)  # None: read here
     found = list(discover(paths))
     if all(isinstance(f, Skipped) for f in found):  # say why before loading a model for nothing
         raise EpiError(nothing_to_ingest(found))
@@ -151,7 +155,7 @@ def ingest(
     if changes is not None:
         next(changes)  # the watcher runs from here on: nothing that changes during the first pass is missed
     results = []
-    with ws.ingest_run(st, params, kv_type if kv else None, budget, commit_every) as ingestor:
+    with ws.ingest_run(st, params, kv_type if kv else None, budget, commit_every, spec) as ingestor:
         results += ingest_found(ingestor, found, as_json)
         if changes is not None:
             follow_changes(st, ingestor, paths, changes, as_json)

@@ -24,6 +24,7 @@ from .budgets import (ANSWER_CONTEXT, ANSWER_TOKENS, DEFAULT_K, EVIDENCE_BUDGET,
 from .documents.structure import describe as describe_section
 from .embed.embedder import EMBED_DIM, EMBEDDER_NAME, Embedder
 from .errors import EpiError
+from .ingest.cluster import ClusterIngestor, ClusterSpec, WorkerJob
 from .ingest.document_pass import DEFAULT_COMMIT_EVERY
 from .ingest.pipeline import Ingestor
 from .ingest.segment import SegmentParams
@@ -188,11 +189,21 @@ class Workspace:
         return Ingestor(store, self.model, self.embedder, params, self.threads, keeper,
                         segmenter=f"{self.model.info.name} {self.prepared.sha256}", commit_every=commit_every)
 
+    def cluster_job(self, ingestor: Ingestor, spec: ClusterSpec) -> WorkerJob:
+        """What a cluster's workers need to read documents exactly as `ingestor` would."""
+        tier = ingestor.keeper.tier.config if ingestor.keeper is not None else None
+        choice = self.model_choice
+        if choice and Path(choice).is_file():  # a worker process runs in a folder of its own: name the file whole
+            choice = str(Path(choice).resolve())
+        return WorkerJob(choice, self.prepared.sha256, tier, ingestor.params, spec.result_limit)
+
     @contextmanager
     def ingest_run(self, store: Store, params: SegmentParams, kv_kind: str | None, kv_budget: int | None,
-                   commit_every: int = DEFAULT_COMMIT_EVERY) -> Iterator[Ingestor]:
+                   commit_every: int = DEFAULT_COMMIT_EVERY, cluster: ClusterSpec | None = None
+                   ) -> Iterator[Ingestor | ClusterIngestor]:
         """One `epi ingest` run on `store` (closed afterwards): holds the writer lock, applies `kv_budget` (bytes,
-        None: unchanged) and `kv_kind` (None: no blocks), and afterwards removes the blocks no event names."""
+        None: unchanged) and `kv_kind` (None: no blocks), and afterwards removes the blocks no event names.
+        `cluster`: the documents are read by that Ray cluster's workers, this process commits them."""
         try:
             with store.writer():
                 if kv_budget is not None:
@@ -201,6 +212,8 @@ class Workspace:
                     store.set_kv_block_kind(kv_kind)
                 ingestor = self.ingestor(store, params, kv_kind, commit_every)
                 try:
+                    if cluster is not None:
+                        ingestor = ClusterIngestor(ingestor, cluster, self.cluster_job(ingestor, cluster))
                     yield ingestor
                 finally:
                     ingestor.close()

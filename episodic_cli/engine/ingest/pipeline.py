@@ -32,7 +32,7 @@ from .token_stream import DocumentTokens
 class IngestResult:
     path: str
     display_path: str
-    status: str               # "ingested" | "unchanged" | "failed" | "skipped"
+    status: str               # "ingested" | "unchanged" | "failed" | "skipped" | "deferred" (cluster.py)
     tokens: int = 0
     events: int = 0
     seconds: float = 0.0
@@ -115,6 +115,9 @@ class Ingestor:
                  commit_every: int = DEFAULT_COMMIT_EVERY):
         self.store = store
         self.commit_every = commit_every  # events per committed group of a long document (its checkpoints)
+        # A cluster worker holds a document's events and blocks until it returns them: a document that would take
+        # more bytes than this is left to the driver ("deferred", cluster.py). None: no limit (a local ingest).
+        self.result_limit: int | None = None
         self.model = model
         self.embedder = embedder
         self.params = params
@@ -135,23 +138,34 @@ class Ingestor:
                 status = "failed" if found.fails_run else "skipped"
                 result = IngestResult(str(found.path), str(found.path), status, error=found.reason)
             else:
-                result = self._ingest_one(*found, progress)
+                result = self.unchanged(*found) or self.ingest_one(*found, progress)
             progress.document_finished(result)
             yield result
 
-    def _ingest_one(self, path: Path, display_path: str, progress: IngestProgress) -> IngestResult:
+    def unchanged(self, path: Path, display_path: str) -> IngestResult | None:
+        """The result of a file the store holds complete with this very content (skipped), else None. A file that
+        cannot be read (or looked up) is not unchanged: ingest_one reports why."""
+        key = str(path)
+        try:
+            sha = file_sha256(path)
+            existing = self.store.find_document(key)
+        except (OSError, StoreError):
+            return None
+        # An unchanged file is read again when some of its stored events are damaged: that restores them.
+        if (existing is not None and not existing.partial and existing.content_sha256 == sha
+                and not self.store.damaged_events(existing.id)):
+            return IngestResult(key, display_path, "unchanged", existing.n_tokens, existing.n_events)
+        return None
+
+    def ingest_one(self, path: Path, display_path: str, progress: IngestProgress) -> IngestResult:
+        """Read one file (not unchanged) and commit it, resuming a partial one from its checkpoint."""
         start = time.perf_counter()
         key = str(path)
         doc: SourceDocument | None = None
         tokens: DocumentTokens | tuple = ()
         document_pass: DocumentPass | None = None
         try:
-            sha = file_sha256(path)
             existing = self.store.find_document(key)
-            # An unchanged file is read again when some of its stored events are damaged: that restores them.
-            if (existing is not None and not existing.partial and existing.content_sha256 == sha
-                    and not self.store.damaged_events(existing.id)):
-                return IngestResult(key, display_path, "unchanged", existing.n_tokens, existing.n_events)
             try:
                 doc = load_document(path, display_path, spool_dir=self.store.path,
                                     on_page=lambda page, pages: progress.document_reading(display_path, page, pages))
@@ -165,6 +179,8 @@ class Ingestor:
                 n_tokens=len(tokens), n_events=0, n_pages=doc.n_pages, n_lines=doc.n_lines, ingest_seconds=0.0,
                 segmenter=self.segmenter,
             )
+            if self.result_limit is not None and self.bytes_needed(doc, len(tokens)) > self.result_limit:
+                return IngestResult(key, display_path, "deferred", len(tokens))
             document_pass = DocumentPass(self.store, self.session, self.sink, self.embedder, self.params, self.rope,
                                          self.keeper, doc, tokens, record, self.commit_every, progress.tokens_done,
                                          start)

@@ -72,8 +72,13 @@ class BlockKeeper:
         `rep_keys`: the block's representative keys when the caller has computed them already."""
         if rep_keys is None:
             rep_keys = representative_keys(block, self.rope)
-        outcome = self.tier.offer(key, KIND_BLOCK_TYPE[self.kind], block.n_cells, encode_block(block, self.kind),
+        return self.offer_encoded(key, KIND_BLOCK_TYPE[self.kind], block.n_cells, encode_block(block, self.kind),
                                   rep_keys, on_use)
+
+    def offer_encoded(self, key: bytes, block_type, n_cells: int, payload, rep_keys: np.ndarray, on_use: bool
+                      ) -> Admission:
+        """Keep a block encoded elsewhere (a cluster worker's, engine/ingest/cluster.py), as `offer` would."""
+        outcome = self.tier.offer(key, block_type, n_cells, payload, rep_keys, on_use)
         self.outcomes[outcome] += 1
         if outcome in _REFUSALS and not self._told:
             self._told = True
