@@ -558,7 +558,7 @@ def test_a_file_name_with_a_newline_stays_on_one_line_in_ls_show_and_rm(tmp_path
         doc = next(d for d in st.documents() if "\n" in d.display_path)
         event = st.events_of(doc.id)[0]
     shown = invoke("show", event.id, "--store", store)
-    assert "/first\\nsecond.txt, lines 1-1 · event 1 of 1" in shown.stdout.splitlines()[0], shown.stdout
+    assert "/first\\nsecond.txt, line 1 · event 1 of 1" in shown.stdout.splitlines()[0], shown.stdout
     removed = invoke("rm", doc.display_path.replace("\n", "\\n"), "--store", store)  # the name as `ls` shows it
     assert removed.exit_code == 0, removed.output
     assert [Path(p).name for p in stored(store)] == ["plain.txt"]

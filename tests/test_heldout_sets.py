@@ -24,7 +24,7 @@ SETS = sorted((ROOT / "bench" / "heldout").glob("*.json"))
 
 def test_there_are_sets_of_every_kind():
     kinds = {json.loads(p.read_text(encoding="utf-8"))["kind"] for p in SETS}
-    assert kinds == {"pdf", "book", "code"}
+    assert kinds == {"pdf", "book", "code", "html", "epub"}
 
 
 @pytest.mark.parametrize("path", SETS, ids=[p.stem for p in SETS])
