@@ -100,17 +100,13 @@ def write_blocks(root, writer: BlockWriter, anchor_prefix: str = "", skip_chrome
             buffer.clear()
 
     walker = etree.iterwalk(root, events=("start", "end"))
-    skipped = 0  # depth inside an element whose content was taken whole or left out
     for event, el in walker:
         tag = _local(el.tag)
         if event == "start":
-            if skipped:
-                continue
             ident = _attr(el, "id") or (_attr(el, "name") if tag == "a" else "")
             if ident:
                 writer.anchor(f"{anchor_prefix}#{ident}")
             if tag in _NEVER_TEXT or (skip_chrome and el is not root and is_chrome(el)):
-                skipped = 1
                 walker.skip_subtree()
                 continue
             if tag in _HEADINGS:
@@ -129,15 +125,10 @@ def write_blocks(root, writer: BlockWriter, anchor_prefix: str = "", skip_chrome
                     buffer.append("\n")
                 buffer.append(_spaced(el.text))
                 continue
-            skipped = 1
             walker.skip_subtree()
         else:  # end
-            if skipped:
-                skipped = 0
-            elif tag in _BLOCKS:
+            if tag in _BLOCKS:  # a skipped one too: "a <nav>...</nav> b" is two paragraphs
                 flush()
-            if el is not root:
-                if tag in _BLOCKS or tag in _HEADINGS or tag in ("pre", "table"):
-                    flush()
+            if el is not root:  # a block's tail starts the next paragraph: the flushes above ended this one
                 buffer.append(_spaced(el.tail))
     flush()

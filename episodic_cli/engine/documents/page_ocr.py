@@ -100,8 +100,6 @@ def read_page(page) -> str:
         picture = image.image
         if picture is None:
             continue
-        if picture.mode not in ("RGB", "L"):
-            picture = picture.convert("RGB")
         found, _ = engine(np.asarray(picture.convert("RGB")), **SETTINGS)
         text = _lines(found)
         if text:
