@@ -98,14 +98,16 @@ def ingest(ws: Workspace, paths: list[Path], log) -> dict:
 
 
 def ask(ws: Workspace, store, question: dict, mode: str, warnings: list[str], short: bool = True,
-        narrow: bool | None = None, cold_seconds: float | None = None) -> dict:
+        narrow: bool | None = None, cold_seconds: float | None = None, layered: bool = False) -> dict:
+    options = {"layered": True} if layered else {}
     result, row = ask_once(ws, store, question["question"], question["gold_text"], warnings,
                            max_tokens=ANSWER_MAX_TOKENS, mode=mode, short=short, k=K, narrow=narrow,
-                           cold_seconds=cold_seconds)
+                           cold_seconds=cold_seconds, **options)
     row["left_cold_tokens"] = sum(r.n_tokens for r in result.left_cold)
     row["narrowed"] = bool(result.focus)
     row["kv_loaded_tokens"], row["kv_prefilled_tokens"] = (result.answer.kv_loaded_tokens,
                                                            result.answer.kv_prefilled_tokens)
+    row["kv_relinked_tokens"] = result.answer.kv_relinked_tokens
     row = {"qid": question["qid"], **row, "retrieved_tokens": sum(r.n_tokens for r in result.retrieved)}
     row.update(score_answer(row["answer"], question["answer"]))
     row["supported"] = bool(result.support().supported)  # evidence quotes hold the answer's own words
@@ -130,7 +132,7 @@ def retrieval_row(ws: Workspace, store, question: dict) -> dict:
 
 def run_set(spec: dict, stores: Path, threads: int | None, log, retrieval_only: bool = False, short: bool = True,
             model: str | None = None, narrow: bool | None = None, modes: tuple[str, ...] = MODES,
-            cold_seconds: float | None = None) -> dict:
+            cold_seconds: float | None = None, relink: int | None = None, layered: bool = False) -> dict:
     paths = [resolve(p) for p in spec["documents"]]
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
@@ -147,6 +149,8 @@ def run_set(spec: dict, stores: Path, threads: int | None, log, retrieval_only: 
         answer_ws.__dict__["embedder"] = ws.embedder
         ws.close()
         ws = answer_ws
+    if relink is not None:
+        ws.relink_tokens = relink
     rows = []
     store = ws.store_for_reading()
     try:
@@ -163,7 +167,7 @@ def run_set(spec: dict, stores: Path, threads: int | None, log, retrieval_only: 
                 log(f"  {q['qid']:<14} src={row['source_recall']:.0f} hit={row['gold_in_hit']} {row['hits']}")
                 continue
             for mode in modes:
-                row = ask(ws, store, q, mode, warnings, short, narrow, cold_seconds)
+                row = ask(ws, store, q, mode, warnings, short, narrow, cold_seconds, layered)
                 rows.append(row)
                 log(f"  {q['qid']:<14} {mode:<4} {row['contains']:.0f} f1={row['f1']:.2f} "
                     f"src={row['source_recall']:.0f}"
@@ -312,6 +316,7 @@ def write_results(args, argv: list[str] | None, results: list[dict], t0: float, 
               "machine": f"{platform.machine()}, {len(__import__('os').sched_getaffinity(0))} CPUs",
               "date": datetime.now().strftime("%Y-%m-%d %H:%M"), "model": ws.prepared.source.name, "short": args.short,
               "k": K, "whole": args.whole, "narrow": args.narrow, "modes": args.modes, "cold_seconds": args.cold_seconds,
+              "relink": args.relink, "layered": args.layered,
               "wall_min": (time.perf_counter() - t0) / 60, "load_start": load_start, "load_end": load_average(),
               "sets": results}
     args.out.mkdir(parents=True, exist_ok=True)
@@ -340,6 +345,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--narrow", action="store_true", help="read the best sentences (epi ask --narrow); neither: "
                     "as epi ask does by default for the model")
     ap.add_argument("--cold-seconds", type=float, default=None, help="as epi ask's (default: no limit)")
+    ap.add_argument("--relink", type=int, default=None,
+                    help="kv mode: decode each loaded block's first N tokens again at their place (default: epi's)")
+    ap.add_argument("--layered", action="store_true", help="kv mode with per-layer block selection (epi ask --layered)")
     ap.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES), help="answer modes (default: both)")
     ap.add_argument("--tag", default=None, help="write bench/results/heldout-TAG.json and .md (docs/ untouched)")
     args = ap.parse_args(argv)
@@ -352,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     for s in sets:
         results.append(run_set(s, args.stores, args.threads, log, args.retrieval, args.short, args.model,
                                True if args.narrow else False if args.whole else None, tuple(args.modes),
-                               args.cold_seconds))
+                               args.cold_seconds, args.relink, args.layered))
         if not args.retrieval and args.tag and results[-1].get("rows"):  # a long run keeps what it has measured
             write_results(args, argv, results, t0, load_start, log)
     if args.retrieval:

@@ -20,7 +20,7 @@ from .answer.short_answer import answer_spans, asks_for_a_fact
 from .answer.text_mode import TextModeAnswerer
 from .budgets import (ANSWER_CONTEXT, ANSWER_TOKENS, DEFAULT_K, EVIDENCE_BUDGET, LAYER_BUDGET, LAYERED_ANCHOR_TOKENS,
                       LAYERED_POOL_K, MAX_POOL, MIN_SOURCE_ROOM, PROMPT_OVERHEAD, QUESTION_ROOM,
-                      WARM_RUN_TOKENS)
+                      RELINK_TOKENS, WARM_RUN_TOKENS)
 from .documents.structure import describe as describe_section
 from .embed.embedder import EMBED_DIM, EMBEDDER_NAME, Embedder
 from .errors import EpiError
@@ -92,6 +92,7 @@ class AskResult:
             # kv mode: how many retrieved tokens came from stored blocks and how many were prefilled from text
             "kv_loaded_tokens": self.answer.kv_loaded_tokens if self.mode == "kv" else None,
             "kv_prefilled_tokens": self.answer.kv_prefilled_tokens if self.mode == "kv" else None,
+            "kv_relinked_tokens": self.answer.kv_relinked_tokens if self.mode == "kv" else None,
             "timings": self.answer.timings.as_json(),
             # the sentences of the sources that hold the answer's own words; supported: they hold at least half
             "evidence": self.evidence_json(),
@@ -136,6 +137,8 @@ class Workspace:
         # --layered: tokens of retrieved blocks in the pool (0: what the answer context holds, laid out in order;
         # more: lanes sharing positions, engine/answer/layered.py, each layer still seeing LAYER_BUDGET of them)
         self.layered_pool = 0
+        # kv mode: each loaded block's first tokens decoded again at their new place (engine/answer/kv_mode.py)
+        self.relink_tokens = RELINK_TOKENS
 
     @cached_property
     def prepared(self) -> PreparedModel:
@@ -261,7 +264,7 @@ class Workspace:
                     raise ValueError("kv mode answers from a store's KV tier: pass the store")
                 self._answerers[mode] = KVModeAnswerer(self.model, n_ctx, self.block_keeper(store), self.threads,
                                                        self.warn, sink_dir=cache_dir() / "kv-sinks",
-                                                       on_prepare=self.on_prepare)
+                                                       on_prepare=self.on_prepare, relink_tokens=self.relink_tokens)
             else:
                 self._answerers[mode] = TextModeAnswerer(self.model, n_ctx, self.threads)
             self._answerers[key].session.warm_up()
