@@ -40,6 +40,7 @@ def test_ask_json_contract(shared_ask):
     assert len(shared_ask.stdout.strip().splitlines()) == 1  # exactly one JSON object, nothing else on stdout
     out = json.loads(shared_ask.stdout)
     assert set(out) == {"answer", "mode", "sources", "retrieved_tokens", "kv_loaded_tokens", "kv_prefilled_tokens",
+                        "kv_relinked_tokens",
                         "timings", "scope", "evidence", "supported", "narrowed", "layered", "short_answer", "left_cold"}
     assert isinstance(out["evidence"], list) and isinstance(out["supported"], bool)  # checked in test_evidence.py
     assert out["scope"] == {"restricted_to": None, "notes": []}  # the question names no chapter, page or file
@@ -63,8 +64,9 @@ def test_ask_json_contract(shared_ask):
         assert (s["page"] is None) != (s["line_start"] is None)
         assert s["score"] is None or (isinstance(s["score"], float) and s["score"] > 0)
     assert any(TEXT_FACT in s["text"] for s in out["sources"])
-    assert set(out["timings"]) == {"retrieve_s", "prefill_s", "first_token_s", "total_s"}
+    assert set(out["timings"]) == {"retrieve_s", "prefill_s", "first_token_s", "total_s", "progress_s"}
     t = out["timings"]
+    assert t.pop("progress_s") is None  # nothing was prepared from text: no progress shown
     assert all(isinstance(v, float) and v >= 0 for v in t.values())
     assert 0 < t["retrieve_s"] <= t["first_token_s"] <= t["total_s"] and t["prefill_s"] > 0
     assert out["retrieved_tokens"] > 0
