@@ -26,6 +26,7 @@ from .checksum import event_checksum
 from .damage import DamageAwareConnection
 from .index import DenseIndex
 from .kv_tier import BLOCK_KINDS, KVSpace, block_key
+from . import retrieval_log
 from .lexical import PLACE_WEIGHT, fts5_document, fts5_query, place_text
 from .records import (
     DEFAULT_KV_BUDGET_BYTES,
@@ -699,6 +700,13 @@ class Store:
             raise ValueError(f"unknown KV block kind {kind!r}")
         if kind != self._meta("kv_block_kind"):
             self._set_meta("kv_block_kind", kind)
+
+    def note_retrieved(self, event_ids: list[int]) -> None:
+        """Count an answer's retrieved events (store/retrieval_log.py: `epi warm` prepares the most retrieved first)."""
+        retrieval_log.record(self.path, event_ids)
+
+    def retrieval_counts(self) -> dict[int, int]:
+        return retrieval_log.counts(self.path)
 
     def kv_space(self) -> KVSpace:
         """The KV tiers; their writers read the budget from the database at each write (see change_kv_budget)."""
