@@ -353,7 +353,8 @@ def warm(
     """Prepare the answer model's KV blocks for the events that have none, so that questions load them instead of
     reading text first (with a larger model than the one that ingested, that is tens of seconds a question).
 
-    Runs document by document until every event has its block or the KV budget is full; Ctrl-C stops it and what
+    The events earlier questions retrieved come first, most retrieved first, then the rest document by document,
+    until every event has its block or the KV budget is full; Ctrl-C stops it and what
     is done is kept: run it again to go on. Example:  epi warm --model qwen-1.5b
     """
     warm_documents(chosen_answer_model(model), store, threads, None, as_json)

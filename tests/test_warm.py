@@ -115,3 +115,27 @@ def test_the_default_answer_model_is_the_installed_1_5b_model(monkeypatch):
     assert models.default_model() == expected
     monkeypatch.setenv("EPI_MODEL", "smollm2")
     assert models.resolve_model_source(None) == models.bundled_model_path()
+
+
+def test_warm_prepares_the_events_questions_retrieved_first(shared_store, second_model, tmp_path, monkeypatch):
+    """Under a budget that holds only part of the archive for a second model, `epi warm` spends it on what earlier
+    questions retrieved (counted by every answer, store/retrieval_log.py): the same question then loads every block."""
+    store_dir = copy_of(shared_store, tmp_path, monkeypatch)
+    asked = json.loads(ask(store_dir, "--json").stdout)  # the bundled model answers: its retrieval is counted
+    ids = {s["event_id"] for s in asked["sources"]}
+    from episodic_cli.store import Store
+
+    with Store.open_existing(store_dir) as st:
+        assert set(st.retrieval_counts()) == ids
+        n_events = sum(len(st.events_of(d.id)) for d in st.documents())
+    assert len(ids) < n_events
+    used = json.loads(runner.invoke(app, ["ls", "--store", str(store_dir), "--json"]).stdout)["kv_used_bytes"]
+    # room for the asked events' blocks (a second model's are as large as the bundled one's) and a little more
+    room = used * (len(ids) + 2) // n_events
+    runner.invoke(app, ["config", "--store", str(store_dir), "--kv-budget", str(used + room)])
+    warmed = json.loads(runner.invoke(app, ["warm", "--store", str(store_dir), "--model", str(second_model),
+                                            "--json"]).stdout)
+    assert 0 < warmed["events_kept"] < n_events
+    again = json.loads(ask(store_dir, "--model", str(second_model), "--cold-seconds", "0.01", "--json").stdout)
+    assert {s["event_id"] for s in again["sources"]} == ids
+    assert again["kv_prefilled_tokens"] == 0 and again["kv_loaded_tokens"] == again["retrieved_tokens"]

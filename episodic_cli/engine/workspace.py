@@ -362,6 +362,7 @@ class Workspace:
         if layered:  # a pool of whole blocks; each layer picks its own (narrowing would leave no blocks to pick)
             retrieved = self.pool(store, search, k, neighbours, scope)
             narrow = False
+        store.note_retrieved([r.event.id for r in retrieved])
         answer = Answer()
         answer.timings.retrieve_s = time.perf_counter() - started
         if narrow is None:
@@ -416,29 +417,39 @@ class Workspace:
 
     def warm(self, store: Store, progress: Callable[[int, int], None] | None = None,
              documents: set[str] | None = None) -> WarmResult:
-        """Prepare this model's block for every event whose block its tier lacks, document by document, in runs of
-        such events in document order, until the KV budget is full: what a question would otherwise read from text
-        first. Resumable: what is kept stays, and a rerun skips it. `progress(tokens done, tokens to do)`; `documents`:
-        only these (their paths as stored)."""
+        """Prepare this model's block for every event whose block its tier lacks, in runs of such events in document
+        order, the runs most retrieved by earlier questions first, until the KV budget is full: what a question would
+        otherwise read from text first (store/retrieval_log.py counts what questions retrieved). Resumable: what is
+        kept stays, and a rerun skips it. `progress(tokens done, tokens to do)`; `documents`: only these (their paths
+        as stored)."""
         answerer = self.answerer("kv", store)
         keeper = answerer.keeper
+        asked = store.retrieval_counts()
         todo: list[list[RetrievedEvent]] = []
-        for doc in store.documents():
-            if documents is not None and doc.path not in documents:
-                continue
-            run: list[RetrievedEvent] = []
-            run_tokens = 0
-            for ev in store.events_of(doc.id):
-                r = RetrievedEvent(ev, doc, None, None)
-                if keeper.has(event_block_key(r)):
+        for wanted in (True, False):  # events earlier questions retrieved first, then the rest
+            runs: list[list[RetrievedEvent]] = []
+            for doc in store.documents():
+                if documents is not None and doc.path not in documents:
                     continue
-                if run and run_tokens + r.n_tokens > WARM_RUN_TOKENS:
-                    todo.append(run)
-                    run, run_tokens = [], 0
-                run.append(r)
-                run_tokens += r.n_tokens
-            if run:
-                todo.append(run)
+                run: list[RetrievedEvent] = []
+                run_tokens = 0
+                for ev in store.events_of(doc.id):
+                    r = RetrievedEvent(ev, doc, None, None)
+                    if bool(asked.get(ev.id)) != wanted or keeper.has(event_block_key(r)):
+                        if run and wanted:  # asked-for runs hold neighbouring events only
+                            runs.append(run)
+                            run, run_tokens = [], 0
+                        continue
+                    if run and run_tokens + r.n_tokens > WARM_RUN_TOKENS:
+                        runs.append(run)
+                        run, run_tokens = [], 0
+                    run.append(r)
+                    run_tokens += r.n_tokens
+                if run:
+                    runs.append(run)
+            if wanted:  # the most retrieved first (a stable sort: document order among equals)
+                runs.sort(key=lambda run: -max(asked[r.event.id] for r in run))
+            todo += runs
         total = sum(r.n_tokens for run in todo for r in run)
         result = WarmResult(events_to_do=sum(len(run) for run in todo), tokens_to_do=total)
         started = time.perf_counter()
