@@ -521,7 +521,8 @@ def measure(names: list[str], root: Path, args) -> dict:
                                 "kv_prefilled_tokens": out["kv_prefilled_tokens"],
                                 "retrieved_tokens": out["retrieved_tokens"],
                                 "needle_retrieved": targets[n].get(q.index) in ids,
-                                "answer_has_code": q.code in out["answer"]})
+                                "answer_has_code": q.code in out["answer"],
+                                "left_cold_events": len((out.get("left_cold") or {}).get("events") or [])})
                     (root / "asks").mkdir(exist_ok=True)
                     (root / "asks" / f"{n}-q{q.index:02d}-{phase}.json").write_text(
                         json.dumps({"stdout": out, "stderr": proc.stderr[-3000:]}, indent=1))
@@ -561,6 +562,14 @@ def summarise(names: list[str], builds: dict, res: dict) -> dict:
             out[n][f"{p}_prefilled_share"] = (
                 sum(a["kv_prefilled_tokens"] for a in rows)
                 / max(1, sum(a["kv_prefilled_tokens"] + a["kv_loaded_tokens"] for a in rows)))
+            # from process start: the whole process less what followed the first token (an upper bound: exit included)
+            out[n][f"{p}_process_first_token_s"] = med([a["wall_s"] - (a["timings"]["total_s"]
+                                                                     - a["timings"]["first_token_s"]) for a in rows])
+            out[n][f"{p}_first_token_max_s"] = max((a["timings"]["first_token_s"] for a in rows), default=None)
+            shown = [a["timings"].get("progress_s") for a in rows if a["timings"].get("progress_s") is not None]
+            out[n][f"{p}_progress_max_s"] = max(shown, default=None)  # question to the first progress line
+            out[n][f"{p}_answers_with_code"] = sum(a["answer_has_code"] for a in rows)
+            out[n][f"{p}_left_cold_events"] = sum(a.get("left_cold_events", 0) for a in rows)
             out[n][f"{p}_n"] = len(rows)
             out[n][f"{p}_needle_retrieved"] = sum(a["needle_retrieved"] for a in rows)
     return out
@@ -591,6 +600,14 @@ def table(names: list[str], s: dict, builds: dict) -> str:
         ("epi ask hot: first token (s, median)", lambda n: cell(n, "hot_first_token_s", ".2f")),
         ("epi ask hot: retrieve_s inside it", lambda n: cell(n, "hot_retrieve_s", ".3f")),
         ("epi ask cold: first token (s, median)", lambda n: cell(n, "cold_first_token_s", ".2f")),
+        ("epi ask hot: first token from process start (s, median; exit included)",
+         lambda n: cell(n, "hot_process_first_token_s", ".2f")),
+        ("epi ask cold: longest first token (s)", lambda n: cell(n, "cold_first_token_max_s", ".2f")),
+        ("cold: longest wait for the first progress line (s)",
+         lambda n: "-" if s[n]["cold_progress_max_s"] is None else f"{s[n]['cold_progress_max_s']:.2f}"),
+        ("answers holding the planted code, cold / hot",
+         lambda n: f"{s[n]['cold_answers_with_code']}/{s[n]['cold_n']} / {s[n]['hot_answers_with_code']}/{s[n]['hot_n']}"),
+        ("cold: retrieved events left out (too slow to prepare)", lambda n: f"{s[n]['cold_left_cold_events']}"),
         ("cold: share of tokens prefilled / hot", lambda n: f"{s[n]['cold_prefilled_share']:.0%} / "
                                                            f"{s[n]['hot_prefilled_share']:.0%}"),
         ("epi ask whole process hot / cold (s)", lambda n: f"{s[n]['hot_wall_s']:.1f} / {s[n]['cold_wall_s']:.1f}"),

@@ -73,6 +73,7 @@ def test_damaged_blocks_are_prepared_from_text_with_a_warning_which_repairs_them
     out = json.loads(result.stdout)
     assert out["mode"] == "kv" and out["answer"] and out["sources"]
     assert out["kv_loaded_tokens"] == 0 and out["kv_prefilled_tokens"] > 0
+    assert 0 < out["timings"]["progress_s"] <= out["timings"]["prefill_s"]  # shown before the preparing starts
     again = ask_json(store_dir)  # the damaged block was rebuilt from the text: it loads now, with no warning
     assert again.exit_code == 0 and "warning" not in again.stderr
     out = json.loads(again.stdout)

@@ -119,6 +119,7 @@ class KVModeAnswerer:
         self.cold_prefilled = (0, 0.0)
         if self._cold_total and self.on_prepare is not None:
             self.on_prepare(0, self._cold_total)  # at once: the first batch alone may take seconds
+            answer.timings.progress_s = time.perf_counter() - started
         for i, part in enumerate(parts[keep:], keep):
             if part.retrieved is not None:
                 block = stored[id(part)]

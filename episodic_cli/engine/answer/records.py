@@ -44,9 +44,10 @@ class Timings:
     prefill_s: float = 0.0
     first_token_s: float = 0.0
     total_s: float = 0.0
+    progress_s: float | None = None  # to the first progress of events prepared from text (None: none were cold)
 
     def as_json(self) -> dict:
-        return {k: round(v, 4) for k, v in self.__dict__.items()}
+        return {k: None if v is None else round(v, 4) for k, v in self.__dict__.items()}
 
 
 @dataclass
