@@ -68,20 +68,35 @@ def build(book: Path, prefixes: list[str], out: Path) -> Path:
            '<dc:language>en</dc:language></metadata><manifest>'
            f'<item id="nav" href="nav.xhtml" media-type="application/xhtml+xml" properties="nav"/>{manifest}'
            f'</manifest><spine>{"".join(spine)}</spine></package>')
+    members = [("mimetype", "application/epub+zip"),
+               ("META-INF/container.xml",
+                '<?xml version="1.0"?><container version="1.0" xmlns="urn:oasis:names:tc:opendocument:xmlns:'
+                'container"><rootfiles><rootfile full-path="OEBPS/content.opf" media-type="application/'
+                'oebps-package+xml"/></rootfiles></container>'),
+               ("OEBPS/content.opf", opf), ("OEBPS/nav.xhtml", nav_doc)]
+    members += [(f"OEBPS/{name}", data) for _, name, data in items]
+    if _same_members(out, members):  # a store keyed by this file's hash would otherwise be read again
+        return out
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".part")
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
-        zf.writestr(zipfile.ZipInfo("mimetype"), "application/epub+zip")
-        zf.writestr("META-INF/container.xml",
-                    '<?xml version="1.0"?><container version="1.0" xmlns="urn:oasis:names:tc:opendocument:xmlns:'
-                    'container"><rootfiles><rootfile full-path="OEBPS/content.opf" media-type="application/'
-                    'oebps-package+xml"/></rootfiles></container>')
-        zf.writestr("OEBPS/content.opf", opf)
-        zf.writestr("OEBPS/nav.xhtml", nav_doc)
-        for _, name, data in items:
-            zf.writestr(f"OEBPS/{name}", data)
+    with zipfile.ZipFile(tmp, "w") as zf:
+        for name, data in members:  # a fixed date: the same chapters give the same bytes
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_STORED if name == "mimetype" else zipfile.ZIP_DEFLATED
+            zf.writestr(info, data)
     tmp.replace(out)
     return out
+
+
+def _same_members(path: Path, members: list[tuple[str, str | bytes]]) -> bool:
+    """Whether the EPUB at `path` already holds exactly these files (dates aside)."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            held = {name: zf.read(name) for name in zf.namelist()}
+    except (OSError, zipfile.BadZipFile):
+        return False
+    want = {name: data.encode() if isinstance(data, str) else data for name, data in members}
+    return held == want
 
 
 def resolve(document: str, folder: Path) -> Path:
