@@ -92,14 +92,20 @@ def warm_summary(result) -> None:
 
 
 def left_cold(result) -> None:
-    """Say which retrieved events the answer left out because their blocks are not prepared yet."""
-    if not result.left_cold:
+    """Say which retrieved events the answer read only in part, or left out, because their blocks are not prepared
+    yet."""
+    if not result.left_cold and not result.cold_sentences:
         return
-    tokens = sum(r.n_tokens for r in result.left_cold)
-    read = len(result.retrieved)
-    warning(f"read {read} of {read + len(result.left_cold)} retrieved events: {len(result.left_cold)} more "
-            f"({tokens:,} tokens) have no KV blocks for this model yet and would be read from text first; "
-            "`epi warm` prepares them, `--cold-seconds 0` reads them now")
+    short = len(result.cold_sentences)
+    whole = len(result.retrieved) - short
+    tokens = sum(r.n_tokens for r in result.left_cold + result.cold_sentences)
+    parts = [f"read {whole} of {whole + short + len(result.left_cold)} retrieved events whole"]
+    if short:
+        parts.append(f"{short} as their best sentence")
+    if result.left_cold:
+        parts.append(f"left out {len(result.left_cold)}")
+    warning(f"{', '.join(parts)}: their KV blocks for this model are not prepared yet ({tokens:,} tokens to read "
+            "from text first); `epi warm` prepares them, `--cold-seconds 0` reads them whole now")
 
 
 def compaction(blocks: int, block_bytes: int, db_before: int, db_after: int) -> None:

@@ -31,7 +31,8 @@ def test_a_cold_question_reads_its_best_hit_and_names_what_it_left_out(shared_st
                                                                       monkeypatch):
     store_dir = copy_of(shared_store, tmp_path, monkeypatch)
     everything = json.loads(ask(store_dir, "--json").stdout)  # the bundled model: every block is there
-    assert everything["left_cold"] == {"events": [], "tokens": 0} and len(everything["sources"]) > 2
+    assert everything["left_cold"] == {"events": [], "tokens": 0, "read_as_sentences": []}
+    assert len(everything["sources"]) > 2
 
     hurried = ask(store_dir, "--model", str(second_model), "--cold-seconds", "0.01", "--json")
     assert hurried.exit_code == 0, hurried.stderr
@@ -43,7 +44,8 @@ def test_a_cold_question_reads_its_best_hit_and_names_what_it_left_out(shared_st
 
     shown = ask(store_dir, "--model", str(second_model), "--cold-seconds", "0.01")
     assert shown.exit_code == 0
-    assert f"read 1 of {len(everything['sources'])} retrieved events" in shown.stderr and "epi warm" in shown.stderr
+    assert f"read 1 of {len(everything['sources'])} retrieved events whole" in shown.stderr
+    assert f"left out {len(everything['sources']) - 1}" in shown.stderr and "epi warm" in shown.stderr
 
     patient = json.loads(ask(store_dir, "--model", str(second_model), "--cold-seconds", "0", "--json").stdout)
     assert patient["left_cold"]["events"] == [] and len(patient["sources"]) == len(everything["sources"])
@@ -139,3 +141,38 @@ def test_warm_prepares_the_events_questions_retrieved_first(shared_store, second
     again = json.loads(ask(store_dir, "--model", str(second_model), "--cold-seconds", "0.01", "--json").stdout)
     assert {s["event_id"] for s in again["sources"]} == ids
     assert again["kv_prefilled_tokens"] == 0 and again["kv_loaded_tokens"] == again["retrieved_tokens"]
+
+
+def test_a_cold_event_that_does_not_fit_whole_is_read_as_its_best_sentence(shared_store, second_model, tmp_path,
+                                                                           monkeypatch):
+    """With time for the best hit and one sentence more, the next most relevant cold event is read as its sentence
+    that best matches the question, in place between the blocks; the rest are left out."""
+    import time
+
+    from episodic_cli.engine.answer.records import Answer
+    from episodic_cli.engine.llama.backend import default_threads
+    from episodic_cli.engine.retrieval.evidence import focus, readable
+    from episodic_cli.engine.retrieval.retrieve import relevance_order
+    from episodic_cli.engine.workspace import Workspace
+    from episodic_cli.store import Store
+
+    store_dir = copy_of(shared_store, tmp_path, monkeypatch)
+    ws = Workspace(str(second_model), store=str(store_dir))
+    with Store.open_existing(store_dir) as st:
+        answerer = ws.answerer("kv", st)
+        read = relevance_order(ws.retrieve(st, TEXT_QUESTION, 3, 1))
+        best, nxt = read[-1], read[-2]
+        (sentence,) = focus(TEXT_QUESTION, [nxt], 1)
+        text = readable(nxt.event.text[sentence.span.start : sentence.span.end])
+        n = len(ws.model.tokenize(text))
+        assert n < nxt.n_tokens
+        rate = prefill_rate.rate(ws.prepared.sha256, default_threads(), ws.model.info.n_params)
+        kept, left, excerpts = ws.fit_cold(answerer, TEXT_QUESTION, read, (best.n_tokens + n + 0.5) / rate)
+        assert excerpts == {nxt.event.id: text}
+        assert kept == [nxt, best] and left == read[:-2]
+        answer = Answer()
+        pieces = list(answerer.stream(TEXT_QUESTION, kept, None, time.perf_counter(), answer, max_tokens=16,
+                                      excerpts=excerpts))
+    ws.close()
+    assert "".join(pieces).strip()
+    assert answer.kv_prefilled_tokens == best.n_tokens and answer.kv_loaded_tokens == 0  # only the best hit whole

@@ -10,8 +10,8 @@ QUESTION_ROOM = 768  # positions kept after the sources for the question part (a
 PROMPT_OVERHEAD = 256
 MIN_SOURCE_ROOM = 256  # fewer positions left for sources than this: the question is refused as too long for them
 EVIDENCE_BUDGET = 3072  # tokens of retrieved events an answer reads at most
-# A question reading whole events prefills those without a block for the answer model at most this long; the least
-# relevant of the rest are left out (Workspace.fit_cold; docs/benchmarks.md, "Answer models").
+# A question reading whole events prefills those without a block for the answer model at most this long; the rest
+# are read as their best sentence, or left out (Workspace.fit_cold; docs/benchmarks.md, "Answer models").
 COLD_PREFILL_SECONDS = 10.0
 WARM_RUN_TOKENS = EVIDENCE_BUDGET  # `epi warm` prefills runs of consecutive events of about this many tokens
 # A loaded block's first tokens decoded again at its new place (EPIC; engine/answer/kv_mode.py): 0 = off until the

@@ -35,6 +35,7 @@ from .llama.backend import LlamaModel, default_threads
 from .llama.models import BUNDLED_MODEL_FILE, PreparedModel, prepare_model
 from .paths import cache_dir, store_path
 from .retrieval.evidence import Support, readable, support
+from .retrieval.evidence import focus as evidence_focus
 from .retrieval.evidence import narrow as evidence_narrow
 from .retrieval.retrieve import RetrievedEvent, relevance_order, retrieve
 from .retrieval.scope import Restriction
@@ -59,6 +60,8 @@ class AskResult:
     # retrieved events left out because the answer model has no block for them yet and reading them from text would
     # take longer than the question may (Workspace.fit_cold)
     left_cold: list[RetrievedEvent] = field(default_factory=list)
+    # of the events read, those without a block read as their best sentence only, for the same reason
+    cold_sentences: list[RetrievedEvent] = field(default_factory=list)
 
     def support(self) -> Support:
         """The quotes of the sources that support the answer (computed once the answer is complete)."""
@@ -103,7 +106,8 @@ class AskResult:
             "layered": self.answer.layered.as_json() if self.answer.layered is not None else None,
             # retrieved, but left out: no block for this model yet, and too long to read from text now
             "left_cold": {"events": [r.event.id for r in self.left_cold],
-                          "tokens": sum(r.n_tokens for r in self.left_cold)},
+                          "tokens": sum(r.n_tokens for r in self.left_cold),
+                          "read_as_sentences": [r.event.id for r in self.cold_sentences]},
         }
 
 
@@ -382,32 +386,49 @@ class Workspace:
         if focus and short and asks_for_a_fact(question):  # only from the narrowed sentences: a few, all relevant
             lead_spans = answer_spans([readable(r.event.text[a:b]) for r, ss in zip(read, spans) for a, b in ss],
                                       question)
+        excerpts = None
         if cold_seconds is not None and mode == "kv" and not layered and not focus:
-            kept, result.left_cold = self.fit_cold(answerer, read, cold_seconds)
+            kept, result.left_cold, excerpts = self.fit_cold(answerer, search, read, cold_seconds)
+            result.cold_sentences = [r for r in kept if r.event.id in excerpts]
             if result.left_cold:
                 kept_ids = {id(r) for r in kept}
                 weights = None if weights is None else [w for r, w in zip(read, weights) if id(r) in kept_ids]
                 read = result.retrieved = kept
+        options = {"excerpts": excerpts} if excerpts else {}  # kv mode only (fit_cold)
         stream = answerer.stream(question, read, history, started, answer, should_stop=should_stop,
-                                 weights=weights, spans=spans, lead_spans=lead_spans or None)
+                                 weights=weights, spans=spans, lead_spans=lead_spans or None, **options)
         return result, self._timing_cold(stream, answerer)
 
-    def fit_cold(self, answerer: KVModeAnswerer, retrieved: list[RetrievedEvent], seconds: float
-                 ) -> tuple[list[RetrievedEvent], list[RetrievedEvent]]:
-        """(read, left out): the least relevant events without a block in the answer model's tier are left out until
-        the rest prefill within `seconds` at this machine's rate; the best hit (last) is always read."""
+    def fit_cold(self, answerer: KVModeAnswerer, question: str, retrieved: list[RetrievedEvent], seconds: float
+                 ) -> tuple[list[RetrievedEvent], list[RetrievedEvent], dict[int, str]]:
+        """(read, left out, {event id: text read instead of the whole event}) for events without a block in the answer
+        model's tier, so that preparing them takes at most `seconds` at this machine's prefill rate. The best hit
+        (last) is always read whole; then, most relevant first, each cold event is read whole if it fits the time
+        left, else its sentence that best matches the question if that fits, else left out."""
         room = seconds * prefill_rate.rate(self.prepared.sha256, self.threads or default_threads(),
                                            self.model.info.n_params)
         cold = [not answerer.keeper.has(event_block_key(r)) for r in retrieved]
-        need = sum(r.n_tokens for r, c in zip(retrieved, cold) if c)
+        if not any(cold[:-1]):
+            return retrieved, [], {}
         left: set[int] = set()
-        for i, r in enumerate(retrieved[:-1]):  # relevance order: least relevant first
-            if need <= room:
-                break
-            if cold[i]:
+        excerpts: dict[int, str] = {}
+        room -= retrieved[-1].n_tokens if cold[-1] else 0
+        for i in range(len(retrieved) - 2, -1, -1):  # relevance order is ascending: best first from the end
+            r = retrieved[i]
+            if not cold[i]:
+                continue
+            if r.n_tokens <= room:
+                room -= r.n_tokens
+                continue
+            best = evidence_focus(question, [r], 1)
+            text = readable(r.event.text[best[0].span.start : best[0].span.end]) if best else ""
+            n = len(self.model.tokenize(text)) if text else 0
+            if text and n <= room:
+                room -= n
+                excerpts[r.event.id] = text
+            else:
                 left.add(i)
-                need -= r.n_tokens
-        return [r for i, r in enumerate(retrieved) if i not in left], [retrieved[i] for i in sorted(left)]
+        return [r for i, r in enumerate(retrieved) if i not in left], [retrieved[i] for i in sorted(left)], excerpts
 
     def _timing_cold(self, stream: Iterator[str], answerer) -> Iterator[str]:
         """The answer's pieces; afterwards, how fast its cold events were prefilled is kept for the next question."""
