@@ -143,10 +143,11 @@ def test_warm_prepares_the_events_questions_retrieved_first(shared_store, second
     assert again["kv_prefilled_tokens"] == 0 and again["kv_loaded_tokens"] == again["retrieved_tokens"]
 
 
-def test_a_cold_event_that_does_not_fit_whole_is_read_as_its_best_sentence(shared_store, second_model, tmp_path,
-                                                                           monkeypatch):
-    """With time for the best hit and one sentence more, the next most relevant cold event is read as its sentence
-    that best matches the question, in place between the blocks; the rest are left out."""
+def test_cold_events_are_read_as_their_best_sentence_and_the_best_one_whole_as_time_allows(
+        shared_store, second_model, tmp_path, monkeypatch):
+    """With time for every cold event's best sentence, the answer reads those (decoded in place between the blocks);
+    with time for the most relevant event whole as well, that one is prefilled whole. Events with no sentence
+    sharing a word with the question are left out."""
     import time
 
     from episodic_cli.engine.answer.records import Answer
@@ -161,18 +162,28 @@ def test_a_cold_event_that_does_not_fit_whole_is_read_as_its_best_sentence(share
     with Store.open_existing(store_dir) as st:
         answerer = ws.answerer("kv", st)
         read = relevance_order(ws.retrieve(st, TEXT_QUESTION, 3, 1))
-        best, nxt = read[-1], read[-2]
-        (sentence,) = focus(TEXT_QUESTION, [nxt], 1)
-        text = readable(nxt.event.text[sentence.span.start : sentence.span.end])
-        n = len(ws.model.tokenize(text))
-        assert n < nxt.n_tokens
+        sentences = {}
+        for r in read:
+            found = focus(TEXT_QUESTION, [r], 1)
+            if found:
+                text = readable(r.event.text[found[0].span.start : found[0].span.end])
+                sentences[r.event.id] = (text, len(ws.model.tokenize(text)))
+        assert 1 < len(sentences) < len(read)
+        with_sentence = [r for r in read if r.event.id in sentences]
         rate = prefill_rate.rate(ws.prepared.sha256, default_threads(), ws.model.info.n_params)
-        kept, left, excerpts = ws.fit_cold(answerer, TEXT_QUESTION, read, (best.n_tokens + n + 0.5) / rate)
-        assert excerpts == {nxt.event.id: text}
-        assert kept == [nxt, best] and left == read[:-2]
+        tokens = sum(n for _, n in sentences.values())
+        kept, left, excerpts = ws.fit_cold(answerer, TEXT_QUESTION, read, (tokens + 0.5) / rate)
+        assert excerpts == {i: text for i, (text, _) in sentences.items()}
+        assert kept == with_sentence and left == [r for r in read if r not in kept]
+
+        top = read[-1]  # the most relevant: read whole once there is time for the rest of it
+        tokens += top.n_tokens - sentences.get(top.event.id, ("", 0))[1]
+        kept, left, excerpts = ws.fit_cold(answerer, TEXT_QUESTION, read, (tokens + 0.5) / rate)
+        assert excerpts == {i: text for i, (text, _) in sentences.items() if i != top.event.id}
+        assert kept == [r for r in read if r.event.id in sentences or r is top]
         answer = Answer()
         pieces = list(answerer.stream(TEXT_QUESTION, kept, None, time.perf_counter(), answer, max_tokens=16,
                                       excerpts=excerpts))
     ws.close()
     assert "".join(pieces).strip()
-    assert answer.kv_prefilled_tokens == best.n_tokens and answer.kv_loaded_tokens == 0  # only the best hit whole
+    assert answer.kv_prefilled_tokens == top.n_tokens and answer.kv_loaded_tokens == 0  # only that one whole

@@ -401,33 +401,38 @@ class Workspace:
 
     def fit_cold(self, answerer: KVModeAnswerer, question: str, retrieved: list[RetrievedEvent], seconds: float
                  ) -> tuple[list[RetrievedEvent], list[RetrievedEvent], dict[int, str]]:
-        """(read, left out, {event id: text read instead of the whole event}) for events without a block in the answer
-        model's tier, so that preparing them takes at most `seconds` at this machine's prefill rate. The best hit
-        (last) is always read whole; then, most relevant first, each cold event is read whole if it fits the time
-        left, else its sentence that best matches the question if that fits, else left out."""
+        """(read, left out, {event id: text read instead of the whole event}) for the events without a block in the
+        answer model's tier, so that preparing them takes at most `seconds` at this machine's prefill rate: first each
+        cold event's sentence that best matches the question, most relevant first, while they fit; then, most
+        relevant first, events read whole instead while the time left allows. Retrieval's best hit is often not the
+        one that holds the answer (bench/scale.py's needles), so a sentence of each beats one event whole. When
+        nothing fits and the best hit is cold, it is read whole."""
         room = seconds * prefill_rate.rate(self.prepared.sha256, self.threads or default_threads(),
                                            self.model.info.n_params)
-        cold = [not answerer.keeper.has(event_block_key(r)) for r in retrieved]
-        if not any(cold[:-1]):
+        cold = [i for i, r in enumerate(retrieved) if not answerer.keeper.has(event_block_key(r))]
+        if sum(retrieved[i].n_tokens for i in cold) <= room:
             return retrieved, [], {}
-        left: set[int] = set()
-        excerpts: dict[int, str] = {}
-        room -= retrieved[-1].n_tokens if cold[-1] else 0
-        for i in range(len(retrieved) - 2, -1, -1):  # relevance order is ascending: best first from the end
-            r = retrieved[i]
-            if not cold[i]:
-                continue
-            if r.n_tokens <= room:
-                room -= r.n_tokens
-                continue
-            best = evidence_focus(question, [r], 1)
-            text = readable(r.event.text[best[0].span.start : best[0].span.end]) if best else ""
-            n = len(self.model.tokenize(text)) if text else 0
-            if text and n <= room:
-                room -= n
-                excerpts[r.event.id] = text
-            else:
-                left.add(i)
+        order = cold[::-1]  # relevance order is ascending: the best first
+        sentences: dict[int, tuple[str, int]] = {}
+        for i in order:
+            best = evidence_focus(question, [retrieved[i]], 1)
+            if best:
+                text = readable(retrieved[i].event.text[best[0].span.start : best[0].span.end])
+                n = len(self.model.tokenize(text))
+                if n <= room:
+                    sentences[i] = (text, n)
+                    room -= n
+        whole: set[int] = set()
+        for i in order:
+            extra = retrieved[i].n_tokens - sentences.get(i, ("", 0))[1]
+            if extra <= room:
+                whole.add(i)
+                room -= extra
+                sentences.pop(i, None)
+        if not whole and not sentences and order[0] == len(retrieved) - 1:  # an answer reads something
+            whole.add(order[0])
+        left = {i for i in cold if i not in whole and i not in sentences}
+        excerpts = {retrieved[i].event.id: text for i, (text, _) in sentences.items()}
         return [r for i, r in enumerate(retrieved) if i not in left], [retrieved[i] for i in sorted(left)], excerpts
 
     def _timing_cold(self, stream: Iterator[str], answerer) -> Iterator[str]:
