@@ -182,8 +182,13 @@ def test_cold_events_are_read_as_their_best_sentence_and_the_best_one_whole_as_t
         assert excerpts == {i: text for i, (text, _) in sentences.items() if i != top.event.id}
         assert kept == [r for r in read if r.event.id in sentences or r is top]
         answer = Answer()
+        shown = []
+        answerer.on_prepare = lambda done, total: shown.append((done, total))
         pieces = list(answerer.stream(TEXT_QUESTION, kept, None, time.perf_counter(), answer, max_tokens=16,
                                       excerpts=excerpts))
+        total = top.n_tokens + sum(len(ws.model.tokenize(f"\n{t}\n")) for t in excerpts.values())
     ws.close()
     assert "".join(pieces).strip()
     assert answer.kv_prefilled_tokens == top.n_tokens and answer.kv_loaded_tokens == 0  # only that one whole
+    # the progress line counts the sentences too, from the start: nothing read from text goes unannounced
+    assert shown[0] == (0, total) and shown[-1] == (total, total)

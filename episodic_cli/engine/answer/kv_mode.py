@@ -116,7 +116,8 @@ class KVModeAnswerer:
             if stored.get(id(p)) is not None:
                 self.tier.touch(p.block_key)
         cold_tokens = {id(p): self._event_tokens(p) for p in parts[keep:] if id(p) in stored and stored[id(p)] is None}
-        self._cold_total, self._cold_done = sum(map(len, cold_tokens.values())), 0
+        excerpt_tokens = sum(len(p.tokens) for p in parts[keep:] if p.key[0] == "excerpt")  # read from text too
+        self._cold_total, self._cold_done = sum(map(len, cold_tokens.values())) + excerpt_tokens, 0
         self.cold_prefilled = (0, 0.0)
         if self._cold_total and self.on_prepare is not None:
             self.on_prepare(0, self._cold_total)  # at once: the first batch alone may take seconds
@@ -148,6 +149,10 @@ class KVModeAnswerer:
             if pos + len(part.tokens) + max_tokens > self.session.n_ctx:
                 raise StoreError(TOO_BIG)
             pos = self._append(part.key, self.session.prefill(part.tokens, pos))
+            if part.key[0] == "excerpt":
+                self._cold_done += len(part.tokens)
+                if self.on_prepare is not None:
+                    self.on_prepare(self._cold_done, self._cold_total)
             if sink:
                 self._save_sink(part.tokens)
         pos = self._prepare_cold(cold, pos, answer)
@@ -198,7 +203,7 @@ class KVModeAnswerer:
         for i, r in enumerate(retrieved):
             if excerpts and r.event.id in excerpts:  # decoded in place as text, between the blocks
                 text = f"\n{excerpts[r.event.id]}\n"
-                parts.append(Part(("text", _digest(text)), self.model.tokenize(text)))
+                parts.append(Part(("excerpt", _digest(text)), self.model.tokenize(text)))
                 continue
             scale = 1.0 if weights is None else float(weights[i])
             key = event_block_key(r)
