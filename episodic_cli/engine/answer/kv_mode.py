@@ -36,8 +36,8 @@ from ...native import RopeShift
 from ...store import StoreError
 from ...store.kv_tier import BlockCorruptError, StoredBlock, block_key
 from ..budgets import ANSWER_TOKENS, RELINK_TOKENS
-from ..kv.blocks import (STAGING_SEQ, KVFormatError, ParsedBlock, decode_block, encode_block, load_block, session_v_trans,
-                         state_blob_from_payload)
+from ..kv.blocks import (STAGING_SEQ, KVFormatError, ParsedBlock, decode_block, encode_block, load_block,
+                         session_v_trans, state_blob_from_payload)
 from ..kv.keeper import BlockKeeper, read_cells
 from ..kv.keys import k_shift
 from ..llama.backend import INGEST_BATCH, LlamaModel, LlamaSession
