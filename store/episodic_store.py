@@ -583,28 +583,39 @@ class Store:
         )
         return [self._checked(r) for r in rows]
 
-    def get_events(self, event_ids: list[int]) -> list[EventRecord]:
-        """Events in the order of `event_ids`; ids no longer in the store (stale index of a reader) are skipped."""
+    def get_events(self, event_ids: list[int], damaged: list[EventDamagedError] | None = None) -> list[EventRecord]:
+        """Events in the order of `event_ids`; ids no longer in the store (stale index of a reader) are skipped.
+        A damaged event raises EventDamagedError, or with `damaged` is left out and its error appended there."""
         found: dict[int, EventRecord] = {}
         unique = list(dict.fromkeys(int(i) for i in event_ids))
         for start in range(0, len(unique), 500):
             chunk = unique[start : start + 500]
             marks = ",".join("?" * len(chunk))
             for row in self._conn.execute(f"SELECT {_EVENT_COLS} FROM events WHERE id IN ({marks})", chunk):
-                found[row[0]] = self._checked(row)
+                event = self._checked(row, damaged)
+                if event is not None:
+                    found[row[0]] = event
         return [dataclasses.replace(found[i]) for i in map(int, event_ids) if i in found]
 
-    def event_at(self, document_id: int, ordinal: int) -> EventRecord | None:
+    def event_at(self, document_id: int, ordinal: int, damaged: list[EventDamagedError] | None = None
+                 ) -> EventRecord | None:
+        """The event at `ordinal` of a document, None if there is none (or, with `damaged`, if it is damaged)."""
         row = self._conn.execute(
             f"SELECT {_EVENT_COLS} FROM events WHERE document_id = ? AND ordinal = ?", (document_id, ordinal)
         ).fetchone()
-        return None if row is None else self._checked(row)
+        return None if row is None else self._checked(row, damaged)
 
-    def _checked(self, row: tuple) -> EventRecord:
+    def _checked(self, row: tuple, damaged: list[EventDamagedError] | None = None) -> EventRecord | None:
         """The event of an _EVENT_COLS row whose checksum matches (NULL: written by an older epi, unchecked);
-        EventDamagedError naming it and its document otherwise, so no altered text reaches a quote or an answer."""
+        EventDamagedError naming it and its document otherwise, so no altered text reaches a quote or an answer.
+        With `damaged`, the error is appended there instead and None returned: an answer can go on without it."""
         if row[-1] is not None and row[-1] != _row_checksum(row):
-            raise self._damaged_event(row[0], row[1])
+            error = self._damaged_event(row[0], row[1])
+            if damaged is None:
+                raise error
+            if all(e.event_id != error.event_id for e in damaged):
+                damaged.append(error)
+            return None
         return _event(row)
 
     def _damaged_event(self, event_id: int, document_id: int) -> EventDamagedError:

@@ -184,7 +184,17 @@ def test_an_event_whose_text_was_altered_in_place_is_named_and_ingesting_its_doc
 
     named = (f"event {event.id} of {doc.display_path} is damaged", "no longer matches its checksum", "again")
     assert_one_line_error(invoke("show", event.id, "--store", store), *named)
+    # Only the damaged event retrieved: nothing left to answer from, so the ask refuses in one line naming it.
     assert_one_line_error(invoke("ask", TEXT_QUESTION, "--store", store, "-k", "1", "--neighbours", "0"), *named)
+    # Other events retrieved too: the answer comes from them and the damaged one is named on stderr, in one line.
+    asked = invoke("ask", TEXT_QUESTION, "--store", store, "-k", "3", "--json")
+    assert asked.exit_code == 0, asked.output
+    warned = [ln for ln in asked.stderr.splitlines() if ln.strip()]
+    assert len(warned) == 1 and warned[0].startswith("warning: left out of this answer: "), asked.stderr
+    assert all(n in warned[0] for n in (*named, "epi doctor")), warned[0]
+    got = json.loads(asked.stdout)
+    assert got["answer"].strip() and got["sources"]
+    assert event.id not in {s["event_id"] for s in got["sources"]}
     result = invoke("doctor", "--quick", "--store", store)
     out = flat(result.stdout)
     assert result.exit_code == 1 and f"1 damaged event(s), their text or place altered: event {event.id} of" in out

@@ -302,8 +302,14 @@ class Workspace:
         query = self.embedder.embed_query(text)
         if token_budget is None:
             token_budget = self.pool_tokens() if pool else min(EVIDENCE_BUDGET, self.room())
+        damaged: list = []
         found = retrieve(store, query, text, k, neighbours, token_budget=token_budget, allowed=scope.allowed,
-                         boosted=scope.boosted)
+                         boosted=scope.boosted, damaged=damaged)
+        # A damaged event costs the answer that event, not the answer: it is named with what restores it.
+        if damaged and not found:
+            raise damaged[0]  # nothing left to answer from: the one-line error names the event and the remedy
+        for error in damaged:
+            self.warn(f"left out of this answer: {error}")
         for r in found:
             r.cited_section = scope.cited_section(r.section) if scope.places else None
         return found
