@@ -544,7 +544,12 @@ def test_a_directory_link_in_a_walked_folder_is_named_not_silently_skipped(tmp_p
     assert "linked: skipped (a link to a directory, not followed" in human.stderr, human.stderr
 
 
-def test_a_file_name_with_a_newline_stays_on_one_line_in_ls_show_and_rm(tmp_path):
+def events_of(store: Path, document_id: int) -> list:
+    with Store.open_existing(store) as st:
+        return st.events_of(document_id)
+
+
+def test_a_file_name_with_a_newline_stays_on_one_line_in_ls_show_ask_doc_and_rm(tmp_path):
     folder = tmp_path / "docs"
     folder.mkdir()
     (folder / "first\nsecond.txt").write_text(PROSE, encoding="utf-8")
@@ -559,6 +564,16 @@ def test_a_file_name_with_a_newline_stays_on_one_line_in_ls_show_and_rm(tmp_path
         event = st.events_of(doc.id)[0]
     shown = invoke("show", event.id, "--store", store)
     assert "/first\\nsecond.txt, line 1 · event 1 of 1" in shown.stdout.splitlines()[0], shown.stdout
+    # --doc takes the name as `ls` shows it (escaped) as well as the raw one, whole or as a glob.
+    from episodic_cli.engine.retrieval.scope import documents_matching
+    escaped = "first\\nsecond.txt"
+    with Store.open_existing(store) as st:
+        for glob in (escaped, "first\nsecond.txt", "first\\n*", doc.display_path.replace("\n", "\\n")):
+            assert documents_matching(st, [glob]) == {doc.id: doc.display_path}, glob
+    asked = invoke("ask", "What is this document about?", "--doc", escaped, "--store", store, "--json", "-k", "1")
+    assert asked.exit_code == 0, asked.output
+    sources = {s["event_id"] for s in json.loads(asked.stdout)["sources"]}
+    assert sources and sources <= {e.id for e in events_of(store, doc.id)}
     removed = invoke("rm", doc.display_path.replace("\n", "\\n"), "--store", store)  # the name as `ls` shows it
     assert removed.exit_code == 0, removed.output
     assert [Path(p).name for p in stored(store)] == ["plain.txt"]
