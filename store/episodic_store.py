@@ -723,6 +723,13 @@ class Store:
             raise ValueError("the KV budget cannot be negative")
         return self.kv_space().change_budget(n_bytes, self.set_kv_budget)
 
+    def has_document_content(self, content_sha256: str) -> bool:
+        """Whether a stored document has this content (read from the last commit: a removal by another process
+        is seen as soon as it is committed)."""
+        row = self._conn.execute("SELECT 1 FROM documents WHERE content_sha256 = ? LIMIT 1",
+                                 (content_sha256,)).fetchone()
+        return row is not None
+
     def live_block_keys(self) -> set[bytes]:
         """The block key of every event in the archive: what a tier may keep (kv_tier.identity.block_key)."""
         rows = self._conn.execute("SELECT d.content_sha256, e.char_start, e.char_end FROM events e "

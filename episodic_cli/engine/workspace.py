@@ -177,7 +177,9 @@ class Workspace:
     def block_keeper(self, store: Store, kind: str | None = None) -> BlockKeeper:
         """This model's KV tier of the store (blocks of `kind`, default the store's), with the store's budget."""
         config = tier_config(self.model, self.prepared.sha256, kind or store.kv_block_kind)
-        return BlockKeeper(store.kv_space().tier(config), self.model, self.warn)
+        keeper = BlockKeeper(store.kv_space().tier(config), self.model, self.warn)
+        keeper.document_exists = store.has_document_content
+        return keeper
 
     def ingestor(self, store: Store, params: SegmentParams, kv_kind: str | None = DEFAULT_KIND,
                  commit_every: int = DEFAULT_COMMIT_EVERY) -> Ingestor:
