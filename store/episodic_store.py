@@ -25,6 +25,7 @@ from . import schema
 from .checksum import event_checksum
 from .damage import DamageAwareConnection
 from .index import DenseIndex
+from .index import intact as index_intact
 from .kv_tier import BLOCK_KINDS, KVSpace, block_key
 from .lexical import PLACE_WEIGHT, fts5_document, fts5_query, place_text
 from .records import (
@@ -143,6 +144,9 @@ class Store:
         self._index = DenseIndex.empty(path / INDEX_NAME, identity.embed_dim)
         self._index_loaded = False  # the saved index file has been read (then it is kept up to date in memory)
         self._index_dirty = False   # the in-memory index has changes the file lacks
+        # Why the saved index file could not be used when it was read (damaged, unreadable), kept for doctor: the
+        # first open already rebuilt and saved it, so doctor's own read finds a good file.
+        self.index_rebuilt: str | None = None
         self._index_saved_at = time.monotonic()
 
     # ----------------------------------------------------------------------------------------------- opening
@@ -512,8 +516,12 @@ class Store:
             loaded = DenseIndex.load(index_path, self.identity.embed_dim)
             self._index_loaded = True
             if loaded is None:
-                reason = "missing" if not index_path.exists() else "unreadable"
+                reason = ("missing" if not index_path.exists()
+                          else "damaged (its links or checksum are wrong)" if not index_intact(index_path, self.identity.embed_dim)
+                          else "unreadable")
                 log.info("store %s: dense index %s; rebuilding it from SQLite", self.path, reason)
+                if reason != "missing":
+                    self.index_rebuilt = reason
                 self._index = self._rebuild_index()
                 self._save_index()
                 return reason
@@ -830,9 +838,10 @@ class Store:
         if n_bad:
             problems.append(f"{n_bad} event embedding(s) have the wrong size; re-ingest into --store NEW.")
         # Check the file on disk, not our in-memory copy: that is what the next `epi ask` will load.
+        opened_with = self.index_rebuilt  # what this process's open found, before its rebuild was saved
         self._index = DenseIndex.empty(self.path / INDEX_NAME, self.identity.embed_dim)
         self._index_loaded = False
-        reason = self._sync_index()
+        reason = self._sync_index() or opened_with
         if reason == "out of date":
             problems.append(f"dense index ({INDEX_NAME}) was out of date; brought it up to date from SQLite.")
         elif reason:
