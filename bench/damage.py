@@ -209,6 +209,8 @@ def trial(kind: str, shape: str, built: dict, root: Path, env: dict, rng: random
     result = {"kind": kind, "shape": shape, "file": str(victim.relative_to(copy)), "damage": what,
               "detected": detected, "answer_changed": changed, "silent_change": changed and not detected,
               "data_lost": lost, "traceback": any("Traceback" in p.stdout + p.stderr for p in procs),
+              # killed by a signal (a segmentation fault in a native library): worse than a traceback
+              "crashed": any(p.returncode < 0 or p.returncode >= 128 for p in procs),
               "one_line_or_ok": all(one_line_or_ok(p) for p in procs), "round": i,
               "seconds": round(time.perf_counter() - t0, 1), **row}
     shutil.rmtree(copy, ignore_errors=True)
@@ -222,7 +224,7 @@ def summarize(rows: list[dict], args, seconds: float) -> dict:
         "damages": len(done), "detected": sum(r["detected"] for r in done),
         "answer_changed": sum(r["answer_changed"] for r in done),
         "silent_changes": sum(r["silent_change"] for r in done), "data_lost": sum(r["data_lost"] for r in done),
-        "tracebacks": sum(r["traceback"] for r in done),
+        "tracebacks": sum(r["traceback"] for r in done), "crashes": sum(r.get("crashed", False) for r in done),
         "not_one_line": sum(not r["one_line_or_ok"] for r in done), "seconds": round(seconds),
         "by_kind": {k: {"damages": sum(r["kind"] == k for r in done),
                         "detected": sum(r["detected"] for r in done if r["kind"] == k),
@@ -232,7 +234,7 @@ def summarize(rows: list[dict], args, seconds: float) -> dict:
                     for k in args.kinds.split(",")},
         "command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d"),
     }
-    summary["pass"] = summary["silent_changes"] == 0 and summary["tracebacks"] == 0
+    summary["pass"] = summary["silent_changes"] == 0 and summary["tracebacks"] == 0 and summary["crashes"] == 0
     return summary
 
 
