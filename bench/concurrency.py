@@ -6,7 +6,7 @@ tier whose blocks every answer must prepare from text) is made once. Then, for `
 commands run at once, each picked at random and started after a random pause (0-3 s); the first and every fifth
 command up to `--ingests` are ingests, so a run always includes them (a random draw can miss the rarer kinds):
 
-    ingest   a new small document each time (`--answer-model none`)   rm   one of those documents again
+    ingest   a new small document each time (`--answer-model none`)   rm   one of those an ingest stored
     ask      with the bundled model, or with the second one       config   --kv-budget 1MB / 5MB / 20MB / 10GB
     doctor   --quick
 
@@ -93,14 +93,16 @@ class Sampler(threading.Thread):
             time.sleep(SAMPLE_S)
 
 
-def command(kind: str, rng: random.Random, store: Path, extras: list[Path], model2: Path) -> list[str]:
+def command(kind: str, rng: random.Random, store: Path, extras: list[Path], model2: Path, stored: list[str]
+            ) -> list[str]:
     if kind == "ingest":  # a new document each time: a real ingest (events, blocks), not an unchanged file skipped
         extra = extras[0].with_name(f"extra-{len(extras)}.md")
         extra.write_text("\n".join(prose_lines(100 + len(extras), 40)), encoding="utf-8")
         extras.append(extra)
         return epi_cmd("ingest", extra, "--store", store, "--answer-model", "none")
     if kind == "rm":
-        return epi_cmd("rm", rng.choice(extras), "--store", store)
+        # a document an ingest of this run stored (else the first, never ingested: a one-line refusal)
+        return epi_cmd("rm", rng.choice(stored) if stored else extras[0], "--store", store)
     if kind == "ask":
         return epi_cmd("ask", rng.choice((TEXT_QUESTION, PDF_QUESTION)), "--store", store, "--json", "--whole")
     if kind == "ask2":
@@ -150,6 +152,7 @@ def main() -> None:
     sampler.start()
     running: list[tuple[str, subprocess.Popen, float]] = []
     finished = []
+    stored: list[str] = []  # extra documents ingested (rc 0) and not removed since
     t0 = time.monotonic()
     # Weighted towards what moves the budget and writes blocks: an ingest holds the writer lock for a minute,
     # during which every config is refused (in one line), so fewer of them.
@@ -162,13 +165,18 @@ def main() -> None:
                                  "told": told(proc.returncode, out, err),
                                  "last_line": (err.strip().splitlines() or [""])[-1][:200]})
                 running.remove((kind, proc, started))
+                path = proc.args[4]  # [python, -m, episodic_cli, ingest|rm, PATH, ...]
+                if kind == "ingest" and proc.returncode == 0:
+                    stored.append(path)
+                elif kind == "rm" and proc.returncode == 0 and path in stored:
+                    stored.remove(path)
         if time.monotonic() - t0 < args.seconds and len(running) < args.parallel:
             time.sleep(rng.uniform(0, 3))
             kind = rng.choice(kinds)
             started_n = len(finished) + len(running)
             if started_n % 5 == 0 and started_n // 5 < args.ingests:
                 kind = "ingest"
-            running.append((kind, subprocess.Popen(command(kind, rng, store, extras, model2), stdout=subprocess.PIPE,
+            running.append((kind, subprocess.Popen(command(kind, rng, store, extras, model2, stored), stdout=subprocess.PIPE,
                                                    stderr=subprocess.PIPE, text=True, env=env), time.monotonic()))
         time.sleep(0.05)
     sampler.stop.set()
