@@ -3,9 +3,10 @@ sampled every 20 ms against the budget in force at that moment (issue 30, "How i
 
 A store is ingested with the bundled model; a second model (its weights quantized to Q8_0: another file, so another
 tier whose blocks every answer must prepare from text) is made once. Then, for `--seconds`, up to `--parallel`
-commands run at once, each picked at random and started after a random pause (0-3 s):
+commands run at once, each picked at random and started after a random pause (0-3 s); the first and every fifth
+command up to `--ingests` are ingests, so a run always includes them (a random draw can miss the rarer kinds):
 
-    ingest   a small extra document (`--answer-model none`)      rm       that document again
+    ingest   a new small document each time (`--answer-model none`)   rm   one of those an ingest stored
     ask      with the bundled model, or with the second one       config   --kv-budget 1MB / 5MB / 20MB / 10GB
     doctor   --quick
 
@@ -92,11 +93,16 @@ class Sampler(threading.Thread):
             time.sleep(SAMPLE_S)
 
 
-def command(kind: str, rng: random.Random, store: Path, extra: Path, model2: Path) -> list[str]:
-    if kind == "ingest":
+def command(kind: str, rng: random.Random, store: Path, extras: list[Path], model2: Path, stored: list[str]
+            ) -> list[str]:
+    if kind == "ingest":  # a new document each time: a real ingest (events, blocks), not an unchanged file skipped
+        extra = extras[0].with_name(f"extra-{len(extras)}.md")
+        extra.write_text("\n".join(prose_lines(100 + len(extras), 40)), encoding="utf-8")
+        extras.append(extra)
         return epi_cmd("ingest", extra, "--store", store, "--answer-model", "none")
     if kind == "rm":
-        return epi_cmd("rm", extra, "--store", store)
+        # a document an ingest of this run stored (else the first, never ingested: a one-line refusal)
+        return epi_cmd("rm", rng.choice(stored) if stored else extras[0], "--store", store)
     if kind == "ask":
         return epi_cmd("ask", rng.choice((TEXT_QUESTION, PDF_QUESTION)), "--store", store, "--json", "--whole")
     if kind == "ask2":
@@ -119,6 +125,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=180)
     ap.add_argument("--parallel", type=int, default=3)
     ap.add_argument("--seed", type=int, default=30)
+    ap.add_argument("--ingests", type=int, default=2, help="at least this many of the commands are ingests")
     ap.add_argument("--root", type=Path, default=None)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
@@ -131,8 +138,9 @@ def main() -> None:
     pdf = make_pdf(docs / "keeper.pdf", pdf_pages())
     text = docs / "license-notes.txt"
     text.write_text(text_document(), encoding="utf-8")
-    extra = docs / "extra.md"
+    extra = docs / "extra-0.md"
     extra.write_text("\n".join(prose_lines(7, 40)), encoding="utf-8")
+    extras = [extra]
     store = root / "store"
     made = subprocess.run(epi_cmd("ingest", pdf, text, "--store", store, "--answer-model", "none"),
                           capture_output=True, text=True, env=env)
@@ -144,6 +152,7 @@ def main() -> None:
     sampler.start()
     running: list[tuple[str, subprocess.Popen, float]] = []
     finished = []
+    stored: list[str] = []  # extra documents ingested (rc 0) and not removed since
     t0 = time.monotonic()
     # Weighted towards what moves the budget and writes blocks: an ingest holds the writer lock for a minute,
     # during which every config is refused (in one line), so fewer of them.
@@ -156,10 +165,18 @@ def main() -> None:
                                  "told": told(proc.returncode, out, err),
                                  "last_line": (err.strip().splitlines() or [""])[-1][:200]})
                 running.remove((kind, proc, started))
+                path = proc.args[4]  # [python, -m, episodic_cli, ingest|rm, PATH, ...]
+                if kind == "ingest" and proc.returncode == 0:
+                    stored.append(path)
+                elif kind == "rm" and proc.returncode == 0 and path in stored:
+                    stored.remove(path)
         if time.monotonic() - t0 < args.seconds and len(running) < args.parallel:
             time.sleep(rng.uniform(0, 3))
             kind = rng.choice(kinds)
-            running.append((kind, subprocess.Popen(command(kind, rng, store, extra, model2), stdout=subprocess.PIPE,
+            started_n = len(finished) + len(running)
+            if started_n % 5 == 0 and started_n // 5 < args.ingests:
+                kind = "ingest"
+            running.append((kind, subprocess.Popen(command(kind, rng, store, extras, model2, stored), stdout=subprocess.PIPE,
                                                    stderr=subprocess.PIPE, text=True, env=env), time.monotonic()))
         time.sleep(0.05)
     sampler.stop.set()

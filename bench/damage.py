@@ -27,7 +27,10 @@ uninterrupted run's.
 
 Target: no damage changes an answer without doctor naming it; no traceback anywhere.
 
-    python bench/damage.py --n 1 --out bench/results/damage.json
+    python bench/damage.py --n 5 --seed 30 --out bench/results/damage.json
+
+Trials run round by round (round i: every kind and shape once), and the results file is rewritten after each, so a
+run stopped by `--minutes` still covers every kind and shape evenly.
 """
 from __future__ import annotations
 
@@ -53,7 +56,7 @@ QUESTIONS = (TEXT_QUESTION,)  # one question a damage: each ask is ~25 s on a lo
 PAGE = 4096
 
 
-def epi(*args, env: dict, timeout: float = 900) -> subprocess.CompletedProcess:
+def epi(*args, env: dict, timeout: float = 3600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "episodic_cli", *map(str, args)], capture_output=True, text=True,
                           env=env, timeout=timeout)
 
@@ -178,6 +181,7 @@ def target(kind: str, copy: Path) -> Path | None:
 
 
 def trial(kind: str, shape: str, built: dict, root: Path, env: dict, rng: random.Random, i: int) -> dict:
+    t0 = time.perf_counter()
     source = {"wal": built["with_wal"], "window": built["partial"]}.get(kind, built["base"])
     copy = root / f"trial-{kind}-{shape}-{i}"
     shutil.copytree(source, copy)
@@ -205,16 +209,41 @@ def trial(kind: str, shape: str, built: dict, root: Path, env: dict, rng: random
     result = {"kind": kind, "shape": shape, "file": str(victim.relative_to(copy)), "damage": what,
               "detected": detected, "answer_changed": changed, "silent_change": changed and not detected,
               "data_lost": lost, "traceback": any("Traceback" in p.stdout + p.stderr for p in procs),
-              "one_line_or_ok": all(one_line_or_ok(p) for p in procs), **row}
+              # killed by a signal (a segmentation fault in a native library): worse than a traceback
+              "crashed": any(p.returncode < 0 or p.returncode >= 128 for p in procs),
+              "one_line_or_ok": all(one_line_or_ok(p) for p in procs), "round": i,
+              "seconds": round(time.perf_counter() - t0, 1), **row}
     shutil.rmtree(copy, ignore_errors=True)
     return result
 
 
+def summarize(rows: list[dict], args, seconds: float) -> dict:
+    done = [r for r in rows if "skipped" not in r]
+    summary = {
+        "n": args.n, "seed": args.seed, "rounds_done": len({r.get("round") for r in done}),
+        "damages": len(done), "detected": sum(r["detected"] for r in done),
+        "answer_changed": sum(r["answer_changed"] for r in done),
+        "silent_changes": sum(r["silent_change"] for r in done), "data_lost": sum(r["data_lost"] for r in done),
+        "tracebacks": sum(r["traceback"] for r in done), "crashes": sum(r.get("crashed", False) for r in done),
+        "not_one_line": sum(not r["one_line_or_ok"] for r in done), "seconds": round(seconds),
+        "by_kind": {k: {"damages": sum(r["kind"] == k for r in done),
+                        "detected": sum(r["detected"] for r in done if r["kind"] == k),
+                        "answer_changed": sum(r["answer_changed"] for r in done if r["kind"] == k),
+                        "silent_changes": sum(r["silent_change"] for r in done if r["kind"] == k),
+                        "data_lost": sum(r["data_lost"] for r in done if r["kind"] == k)}
+                    for k in args.kinds.split(",")},
+        "command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d"),
+    }
+    summary["pass"] = summary["silent_changes"] == 0 and summary["tracebacks"] == 0 and summary["crashes"] == 0
+    return summary
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=1, help="damages per file kind and shape")
+    ap.add_argument("--n", type=int, default=5, help="damages per file kind and shape")
     ap.add_argument("--seed", type=int, default=30)
     ap.add_argument("--kinds", default=",".join(KINDS))
+    ap.add_argument("--minutes", type=float, default=0, help="start no new damage after this long (0: no limit)")
     ap.add_argument("--root", type=Path, default=None)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
@@ -225,22 +254,17 @@ def main() -> None:
     t0 = time.perf_counter()
     built = build(root, env)
     rows = []
-    for kind in args.kinds.split(","):
-        for shape in SHAPES:
-            for i in range(args.n):
-                row = trial(kind, shape, built, root, env, rng, i)
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-    done = [r for r in rows if "skipped" not in r]
-    summary = {
-        "damages": len(done), "detected": sum(r["detected"] for r in done),
-        "answer_changed": sum(r["answer_changed"] for r in done),
-        "silent_changes": sum(r["silent_change"] for r in done), "data_lost": sum(r["data_lost"] for r in done),
-        "tracebacks": sum(r["traceback"] for r in done),
-        "not_one_line": sum(not r["one_line_or_ok"] for r in done), "seconds": round(time.perf_counter() - t0),
-        "command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d"),
-    }
-    summary["pass"] = summary["silent_changes"] == 0 and summary["tracebacks"] == 0
+    plan = [(i, kind, shape) for i in range(args.n) for kind in args.kinds.split(",") for shape in SHAPES]
+    for i, kind, shape in plan:
+        if args.minutes and time.perf_counter() - t0 > args.minutes * 60:
+            break
+        row = trial(kind, shape, built, root, env, rng, i)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        if args.out:  # rewritten after each damage: a stopped run keeps what it measured
+            summary = summarize(rows, args, time.perf_counter() - t0)
+            args.out.write_text(json.dumps({"summary": summary, "rows": rows}, indent=1) + "\n")
+    summary = summarize(rows, args, time.perf_counter() - t0)
     print(json.dumps(summary, indent=1))
     if args.out:
         args.out.write_text(json.dumps({"summary": summary, "rows": rows}, indent=1) + "\n")

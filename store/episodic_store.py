@@ -25,6 +25,7 @@ from . import schema
 from .checksum import event_checksum
 from .damage import DamageAwareConnection
 from .index import DenseIndex
+from .index import intact as index_intact
 from .kv_tier import BLOCK_KINDS, KVSpace, block_key
 from . import retrieval_log
 from .lexical import PLACE_WEIGHT, fts5_document, fts5_query, place_text
@@ -144,6 +145,9 @@ class Store:
         self._index = DenseIndex.empty(path / INDEX_NAME, identity.embed_dim)
         self._index_loaded = False  # the saved index file has been read (then it is kept up to date in memory)
         self._index_dirty = False   # the in-memory index has changes the file lacks
+        # Why the saved index file could not be used when it was read (damaged, unreadable), kept for doctor: the
+        # first open already rebuilt and saved it, so doctor's own read finds a good file.
+        self.index_rebuilt: str | None = None
         self._index_saved_at = time.monotonic()
 
     # ----------------------------------------------------------------------------------------------- opening
@@ -513,8 +517,12 @@ class Store:
             loaded = DenseIndex.load(index_path, self.identity.embed_dim)
             self._index_loaded = True
             if loaded is None:
-                reason = "missing" if not index_path.exists() else "unreadable"
+                reason = ("missing" if not index_path.exists()
+                          else "damaged (its links or checksum are wrong)" if not index_intact(index_path, self.identity.embed_dim)
+                          else "unreadable")
                 log.info("store %s: dense index %s; rebuilding it from SQLite", self.path, reason)
+                if reason != "missing":
+                    self.index_rebuilt = reason
                 self._index = self._rebuild_index()
                 self._save_index()
                 return reason
@@ -584,28 +592,39 @@ class Store:
         )
         return [self._checked(r) for r in rows]
 
-    def get_events(self, event_ids: list[int]) -> list[EventRecord]:
-        """Events in the order of `event_ids`; ids no longer in the store (stale index of a reader) are skipped."""
+    def get_events(self, event_ids: list[int], damaged: list[EventDamagedError] | None = None) -> list[EventRecord]:
+        """Events in the order of `event_ids`; ids no longer in the store (stale index of a reader) are skipped.
+        A damaged event raises EventDamagedError, or with `damaged` is left out and its error appended there."""
         found: dict[int, EventRecord] = {}
         unique = list(dict.fromkeys(int(i) for i in event_ids))
         for start in range(0, len(unique), 500):
             chunk = unique[start : start + 500]
             marks = ",".join("?" * len(chunk))
             for row in self._conn.execute(f"SELECT {_EVENT_COLS} FROM events WHERE id IN ({marks})", chunk):
-                found[row[0]] = self._checked(row)
+                event = self._checked(row, damaged)
+                if event is not None:
+                    found[row[0]] = event
         return [dataclasses.replace(found[i]) for i in map(int, event_ids) if i in found]
 
-    def event_at(self, document_id: int, ordinal: int) -> EventRecord | None:
+    def event_at(self, document_id: int, ordinal: int, damaged: list[EventDamagedError] | None = None
+                 ) -> EventRecord | None:
+        """The event at `ordinal` of a document, None if there is none (or, with `damaged`, if it is damaged)."""
         row = self._conn.execute(
             f"SELECT {_EVENT_COLS} FROM events WHERE document_id = ? AND ordinal = ?", (document_id, ordinal)
         ).fetchone()
-        return None if row is None else self._checked(row)
+        return None if row is None else self._checked(row, damaged)
 
-    def _checked(self, row: tuple) -> EventRecord:
+    def _checked(self, row: tuple, damaged: list[EventDamagedError] | None = None) -> EventRecord | None:
         """The event of an _EVENT_COLS row whose checksum matches (NULL: written by an older epi, unchecked);
-        EventDamagedError naming it and its document otherwise, so no altered text reaches a quote or an answer."""
+        EventDamagedError naming it and its document otherwise, so no altered text reaches a quote or an answer.
+        With `damaged`, the error is appended there instead and None returned: an answer can go on without it."""
         if row[-1] is not None and row[-1] != _row_checksum(row):
-            raise self._damaged_event(row[0], row[1])
+            error = self._damaged_event(row[0], row[1])
+            if damaged is None:
+                raise error
+            if all(e.event_id != error.event_id for e in damaged):
+                damaged.append(error)
+            return None
         return _event(row)
 
     def _damaged_event(self, event_id: int, document_id: int) -> EventDamagedError:
@@ -720,6 +739,13 @@ class Store:
             raise ValueError("the KV budget cannot be negative")
         return self.kv_space().change_budget(n_bytes, self.set_kv_budget)
 
+    def has_document_content(self, content_sha256: str) -> bool:
+        """Whether a stored document has this content (read from the last commit: a removal by another process
+        is seen as soon as it is committed)."""
+        row = self._conn.execute("SELECT 1 FROM documents WHERE content_sha256 = ? LIMIT 1",
+                                 (content_sha256,)).fetchone()
+        return row is not None
+
     def live_block_keys(self) -> set[bytes]:
         """The block key of every event in the archive: what a tier may keep (kv_tier.identity.block_key)."""
         rows = self._conn.execute("SELECT d.content_sha256, e.char_start, e.char_end FROM events e "
@@ -820,9 +846,10 @@ class Store:
         if n_bad:
             problems.append(f"{n_bad} event embedding(s) have the wrong size; re-ingest into --store NEW.")
         # Check the file on disk, not our in-memory copy: that is what the next `epi ask` will load.
+        opened_with = self.index_rebuilt  # what this process's open found, before its rebuild was saved
         self._index = DenseIndex.empty(self.path / INDEX_NAME, self.identity.embed_dim)
         self._index_loaded = False
-        reason = self._sync_index()
+        reason = self._sync_index() or opened_with
         if reason == "out of date":
             problems.append(f"dense index ({INDEX_NAME}) was out of date; brought it up to date from SQLite.")
         elif reason:

@@ -42,8 +42,9 @@ def test_doctor_on_a_named_store_that_is_not_there_says_so_like_every_command(tm
     assert fresh.exit_code == 0 and "does not exist yet" in flat(fresh.stdout), fresh.output
 
 
-def test_blocks_of_a_document_removed_during_an_answer_are_named_and_repair_removes_them(shared_store, second_model,
-                                                                                         tmp_path, monkeypatch):
+def test_a_document_removed_during_an_answer_leaves_no_blocks(shared_store, second_model, tmp_path, monkeypatch):
+    """`rm` while an answer prepares blocks (issue 30, item 6): the answer checks under the KV space's lock that the
+    block's document is still stored before writing, so it writes none for the removed document after `rm`."""
     monkeypatch.setenv("EPI_HOME", str(shared_store.home))
     store = tmp_path / "store"
     shutil.copytree(shared_store.store_dir, store)
@@ -65,10 +66,35 @@ def test_blocks_of_a_document_removed_during_an_answer_are_named_and_repair_remo
         if ask.poll() is None:
             ask.kill()
     assert ask.returncode == 0, err
+    assert json.loads(out)["answer"].strip()
+    with Store.open_existing(store) as st:
+        assert st.kv_garbage() == (0, 0)  # the old code left the blocks written after `rm` (3.99 MB in the issue)
+    result = invoke("doctor", "--quick", "--store", store)
+    assert result.exit_code == 0 and "no longer" not in flat(result.stdout), result.stdout
+
+
+# A block no event names, as an older epi's answer left after `rm` (the race above, now closed).
+_DEAD_BLOCK = """
+import sys
+import numpy as np
+from episodic_cli.store import Store
+from episodic_cli.store.kv_tier import BlockType, TierConfig, block_key
+config = TierConfig(model_name="Test Model", model_sha256="ab" * 32, llama_cpp_version="0.3.36", type_k="f16",
+                    type_v="f16", flash_attn=False, n_layer=2, n_head_kv=1, head_dim=32, block_kind="q8_0")
+with Store.open_existing(sys.argv[1]) as st:
+    payload = np.random.default_rng(0).integers(0, 256, 1 << 20, dtype=np.uint8)
+    st.kv_space().tier(config).offer(block_key("e" * 64, 0, 1), BlockType.Q8_0, 1, payload, None, on_use=False)
+"""
+
+
+def test_blocks_no_event_names_are_named_by_doctor_and_repair_removes_them(shared_store, tmp_path):
+    store = tmp_path / "store"
+    shutil.copytree(shared_store.store_dir, store)
+    subprocess.run([sys.executable, "-c", _DEAD_BLOCK, str(store)], check=True)
     with Store.open_existing(store) as st:
         n_dead, dead_bytes = st.kv_garbage()
         kept = {d.display_path for d in st.documents()}
-    assert n_dead > 0  # blocks the answer wrote after `rm` had collected the document's blocks
+    assert n_dead == 1
     result = invoke("doctor", "--quick", "--store", store)
     out = flat(result.stdout)
     assert result.exit_code == 1 and f"{n_dead} KV block(s) ({dead_bytes / 1e6:,.1f} MB) of events no longer" in out
@@ -78,7 +104,7 @@ def test_blocks_of_a_document_removed_during_an_answer_are_named_and_repair_remo
     assert repaired.exit_code == 0 and f"{n_dead} KV block(s)" in flat(repaired.stdout), repaired.output
     listed = json.loads(invoke("ls", "--json", "--store", store).stdout)
     assert listed["kv_used_bytes"] == before - dead_bytes
-    assert {d["path"] for d in listed["documents"]} == kept  # the other document stays, with its blocks
+    assert {d["path"] for d in listed["documents"]} == kept  # the documents stay, with their blocks
     with Store.open_existing(store) as st:
         assert st.kv_garbage() == (0, 0)
 

@@ -271,13 +271,16 @@ def test_stale_index_file_from_real_crash_is_rebuilt(tmp_path, rng):
         docs, queries, words = _populate(s, rng)
         old_copy = tmp_path / "old.hnsw"
         shutil.copy(path / "index.hnsw", old_copy)
+        shutil.copy(path / "index.hnsw.crc32", tmp_path / "old.hnsw.crc32")  # its sum: a crash leaves both
         assert s.remove_document("/abs/d0.txt")  # only removes: stale file has the same labels plus live extras
     shutil.copy(old_copy, path / "index.hnsw")  # as if the process died before saving
+    shutil.copy(tmp_path / "old.hnsw.crc32", path / "index.hnsw.crc32")
     with Store.open_existing(path) as s:
         removed = {e.id for e in docs[0][1]}
         assert all(i not in removed for i, _ in s.search_dense(queries[0], 12))
     with Store.open_existing(path) as s:
         shutil.copy(old_copy, path / "index.hnsw")  # stale file appears while open: health must look at the disk
+        shutil.copy(tmp_path / "old.hnsw.crc32", path / "index.hnsw.crc32")
         problems = s.health()  # health checks the file on disk and repairs it
         assert len(problems) == 1 and "brought it up to date" in problems[0]
         assert s.health() == []
@@ -421,10 +424,12 @@ def test_a_reader_catches_up_with_a_lagging_index_without_a_rebuild(tmp_path, rn
     with Store.create_or_open(path, IDENTITY) as s:
         docs, queries, _ = _populate(s, rng)
         lagging = (path / "index.hnsw").read_bytes()
+        lagging_sum = (path / "index.hnsw.crc32").read_bytes()
         doc, new_events = make_doc("late.txt", ["written after the last save"], rng)
         s.replace_document(doc, new_events)
         assert s.remove_document("/abs/d0.txt")
     (path / "index.hnsw").write_bytes(lagging)  # as if the writer died before saving these two changes
+    (path / "index.hnsw.crc32").write_bytes(lagging_sum)  # (its sum is as old: saved with it)
 
     def no_rebuild(self):
         raise AssertionError("a lagging index must be caught up, not rebuilt")

@@ -184,7 +184,9 @@ class Workspace:
     def block_keeper(self, store: Store, kind: str | None = None) -> BlockKeeper:
         """This model's KV tier of the store (blocks of `kind`, default the store's), with the store's budget."""
         config = tier_config(self.model, self.prepared.sha256, kind or store.kv_block_kind)
-        return BlockKeeper(store.kv_space().tier(config), self.model, self.warn)
+        keeper = BlockKeeper(store.kv_space().tier(config), self.model, self.warn)
+        keeper.document_exists = store.has_document_content
+        return keeper
 
     def ingestor(self, store: Store, params: SegmentParams, kv_kind: str | None = DEFAULT_KIND,
                  commit_every: int = DEFAULT_COMMIT_EVERY) -> Ingestor:
@@ -309,8 +311,14 @@ class Workspace:
         query = self.embedder.embed_query(text)
         if token_budget is None:
             token_budget = self.pool_tokens() if pool else min(EVIDENCE_BUDGET, self.room())
+        damaged: list = []
         found = retrieve(store, query, text, k, neighbours, token_budget=token_budget, allowed=scope.allowed,
-                         boosted=scope.boosted)
+                         boosted=scope.boosted, damaged=damaged)
+        # A damaged event costs the answer that event, not the answer: it is named with what restores it.
+        if damaged and not found:
+            raise damaged[0]  # nothing left to answer from: the one-line error names the event and the remedy
+        for error in damaged:
+            self.warn(f"left out of this answer: {error}")
         for r in found:
             r.cited_section = scope.cited_section(r.section) if scope.places else None
         return found

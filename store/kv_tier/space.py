@@ -63,6 +63,7 @@ class Admission(Enum):
     DEFERRED = "deferred"         # the budget is full: remembered, kept if it is used again
     NO_BUDGET = "no budget"       # larger than the room the budget can ever make, or ingest with a full budget
     NO_DISK = "no disk"           # the filesystem is (nearly) full
+    GONE = "gone"                 # its document was removed meanwhile: nothing would name the block
 
 
 @dataclass(frozen=True)
@@ -109,10 +110,11 @@ class Tier:
             pass
 
     def offer(self, key: bytes, block_type: BlockType, n_tokens: int, payload: bytes | np.ndarray,
-              rep_keys: np.ndarray | None, on_use: bool) -> Admission:
+              rep_keys: np.ndarray | None, on_use: bool, live: Callable[[], bool] | None = None) -> Admission:
         """Keep a block if the budget allows (see the module docstring). `on_use`: prepared for an answer (may
-        evict least recently used blocks once seen twice) rather than captured by ingest (never evicts)."""
-        return self.space._admit(self, key, block_type, n_tokens, payload, rep_keys, on_use)
+        evict least recently used blocks once seen twice) rather than captured by ingest (never evicts). `live`,
+        asked under the space's lock: whether the block's document is still in the store (an answer's block)."""
+        return self.space._admit(self, key, block_type, n_tokens, payload, rep_keys, on_use, live)
 
     def discard(self, key: bytes) -> None:
         """Remove a block (a damaged one, before it is rebuilt)."""
@@ -278,11 +280,15 @@ class KVSpace:
     # -- writing ----------------------------------------------------------------------------------------------------
 
     def _admit(self, tier: Tier, key: bytes, block_type: BlockType, n_tokens: int, payload: bytes | np.ndarray,
-               rep_keys: np.ndarray | None, on_use: bool) -> Admission:
+               rep_keys: np.ndarray | None, on_use: bool, live: Callable[[], bool] | None = None) -> Admission:
         payload_len = payload.nbytes if isinstance(payload, np.ndarray) else len(payload)
         size = block_file_bytes(payload_len, encoded_size(rep_keys))
         path = tier.path_of(key)
         with self._locked():
+            # `rm` commits the removal, then collects its blocks under this lock: asked here, a removal committed
+            # before is seen and one committed after collects what is written now, so no block outlives its document.
+            if live is not None and not live():
+                return Admission.GONE
             if path.exists():
                 tier.touch(key)
                 return Admission.PRESENT

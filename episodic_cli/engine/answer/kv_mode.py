@@ -312,7 +312,7 @@ class KVModeAnswerer:
     def _captured(self, part: Part, block: ParsedBlock) -> None:
         """An event prepared from text: offer its cells to the tier (the next answer that retrieves it loads them).
         Prepared ahead (`epi warm`), it is kept as ingest keeps blocks: only while the budget has room."""
-        self.keeper.offer(part.block_key, block, on_use=not self._ahead)
+        self.keeper.offer(part.block_key, block, on_use=not self._ahead, document_sha=_document_sha(part))
 
     # -- the sink block, kept across processes ------------------------------------------------------------------
 
@@ -358,6 +358,11 @@ class KVModeAnswerer:
 
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _document_sha(part: Part) -> str | None:
+    """The content sha256 of the document a part's event comes from (None: not an event)."""
+    return None if part.retrieved is None else part.retrieved.document.content_sha256
 
 
 def event_block_key(r: RetrievedEvent) -> bytes:

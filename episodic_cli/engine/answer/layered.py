@@ -51,7 +51,7 @@ from ..llama import layer_visibility
 from ..llama.backend import LlamaModel, LlamaSession
 from ..llama.query_capture import QueryCapture
 from ..retrieval.retrieve import RetrievedEvent
-from .kv_mode import TOO_BIG, KVModeAnswerer, Part
+from .kv_mode import TOO_BIG, KVModeAnswerer, Part, _document_sha
 from .records import Answer, LayeredReport, stream_into
 
 FIRST_BLOCK_SEQ = STAGING_SEQ + 1
@@ -277,7 +277,7 @@ class LayeredAnswerer(KVModeAnswerer):
     def _captured(self, part: Part, block: ParsedBlock) -> None:
         """Offer the block as kv mode does, with the representative keys computed once for the tier and the pool."""
         keys = self._rep_keys[part.block_key] = representative_keys(block, self.rope)
-        self.keeper.offer(part.block_key, block, on_use=True, rep_keys=keys)
+        self.keeper.offer(part.block_key, block, on_use=True, rep_keys=keys, document_sha=_document_sha(part))
 
     # -- selection ------------------------------------------------------------------------------------------
 

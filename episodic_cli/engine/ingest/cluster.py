@@ -136,7 +136,7 @@ class _CollectingTier:
     def path_of(self, key: bytes) -> Path:
         return Path(os.devnull) / key.hex()  # never a file: the driver's tier answers "already kept"
 
-    def offer(self, key, block_type, n_tokens, payload, rep_keys, on_use) -> Admission:
+    def offer(self, key, block_type, n_tokens, payload, rep_keys, on_use, live=None) -> Admission:
         self.offered.append((key, block_type, n_tokens, payload, rep_keys, on_use))
         return Admission.WRITTEN
 

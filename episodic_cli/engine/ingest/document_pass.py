@@ -176,7 +176,7 @@ class DocumentPass:
         except OSError as exc:
             if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
                 raise
-            # No room for a second window beside the last checkpoint's (~28 MB each): give that one up and write
+            # No room for a second window beside the last checkpoint's (~16 MB each): give that one up and write
             # again, or a small disk fails here on every resume. A crash before the commit below then reads the
             # document again from its start instead of resuming it; nothing committed is lost.
             remove_older_snapshots(path)

@@ -238,10 +238,11 @@ class Ingestor:
         return max(int(kv + sqlite + window), MB)
 
     def window_bytes(self) -> int:
-        """The most a checkpoint window file holds: every cell of the ingest context in the session's F16 cache
-        (23,040 bytes a token with the bundled model: 27.96 MB measured for 1,214 cells of 1,280)."""
+        """The most a checkpoint window file holds: the cells the pass keeps for the next batch (the context less
+        one batch: the sink and the local span or the undecided event) in the session's F16 cache (23,040 bytes a
+        cell with the bundled model: 16.16 MB measured for 701 cells of 1,280; bench/window_size.py)."""
         per_cell = 2 * self.model.info.n_layer * self.model.info.n_head_kv * self.rope.head_dim * 2
-        return self.session.n_ctx * per_cell
+        return (self.session.n_ctx - INGEST_BATCH) * per_cell
 
     def close(self) -> None:
         self.session.close()

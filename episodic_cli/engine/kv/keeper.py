@@ -62,23 +62,31 @@ class BlockKeeper:
         self.rope: RopeParams = rope_params(model)
         self.warn = warn or (lambda message: None)
         self.outcomes: Counter[Admission] = Counter()
+        # content sha256 -> whether a document with it is still stored (set by the workspace from the store): an
+        # answer's block is offered only while its document exists, so `rm` during an answer leaves no blocks.
+        self.document_exists: Callable[[str], bool] | None = None
         self._told = False
 
     def has(self, key: bytes) -> bool:
         return self.tier.path_of(key).is_file()
 
-    def offer(self, key: bytes, block: ParsedBlock, on_use: bool, rep_keys: np.ndarray | None = None) -> Admission:
+    def offer(self, key: bytes, block: ParsedBlock, on_use: bool, rep_keys: np.ndarray | None = None,
+              document_sha: str | None = None) -> Admission:
         """Keep an event's block (see KVSpace for when). `on_use`: prepared for an answer, not captured by ingest.
-        `rep_keys`: the block's representative keys when the caller has computed them already."""
+        `rep_keys`: the block's representative keys when the caller has computed them already. `document_sha`:
+        the content sha256 of the block's stored document, which must still be there (not for ingest's blocks: their
+        document is committed after them)."""
         if rep_keys is None:
             rep_keys = representative_keys(block, self.rope)
         return self.offer_encoded(key, KIND_BLOCK_TYPE[self.kind], block.n_cells, encode_block(block, self.kind),
-                                  rep_keys, on_use)
+                                  rep_keys, on_use, document_sha)
 
-    def offer_encoded(self, key: bytes, block_type, n_cells: int, payload, rep_keys: np.ndarray, on_use: bool
-                      ) -> Admission:
+    def offer_encoded(self, key: bytes, block_type, n_cells: int, payload, rep_keys: np.ndarray, on_use: bool,
+                      document_sha: str | None = None) -> Admission:
         """Keep a block encoded elsewhere (a cluster worker's, engine/ingest/cluster.py), as `offer` would."""
-        outcome = self.tier.offer(key, block_type, n_cells, payload, rep_keys, on_use)
+        exists = self.document_exists
+        live = None if document_sha is None or exists is None else (lambda: exists(document_sha))
+        outcome = self.tier.offer(key, block_type, n_cells, payload, rep_keys, on_use, live)
         self.outcomes[outcome] += 1
         if outcome in _REFUSALS and not self._told:
             self._told = True

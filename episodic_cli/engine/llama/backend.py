@@ -397,6 +397,9 @@ class LlamaSession:
             if on_progress:
                 on_progress(b - a)
             if on_batch and b < n:
+                # The cells the next batch's slide evicts go now, so a checkpoint's window holds only what the pass
+                # still reads (sink + local or the undecided event): 701 cells measured where it held 1,214.
+                self._evict_ahead(cached, min(INGEST_BATCH, n - b), keep_from, local)
                 on_batch(WindowState(next_token=b, cached=cached, offset=self._offset, keep_from=keep_from))
         return surprise
 
@@ -435,13 +438,26 @@ class LlamaSession:
         """Cache position of document token t during `surprise_pass` (valid while t has not been evicted)."""
         return self._sink_len + t - self._offset
 
+    def _discard(self, cached: int, incoming: int, keep_from: int, local: int) -> tuple[int, int]:
+        """(cells the slide before `incoming` tokens evicts, cells it may evict) after the sink."""
+        first = self._sink_len
+        needed = cached + incoming - self.n_ctx
+        evictable = max(self.cache_pos(keep_from) - first, 0)
+        return max(needed, min(cached - first - local, evictable)), evictable
+
+    def _evict_ahead(self, cached: int, incoming: int, keep_from: int, local: int) -> None:
+        """Remove now the cells the slide before the next batch will evict, leaving positions as they are: that
+        slide then only closes the gap, exactly as it would have, and a window saved meanwhile is that much
+        smaller. (Only removal: a position shift here would be pending, not in the saved cells, at a checkpoint.)"""
+        discard, evictable = self._discard(cached, incoming, keep_from, local)
+        if 0 < discard <= evictable:
+            L.llama_memory_seq_rm(self.memory, 0, self._sink_len, self._sink_len + discard)
+
     def _slide_window(self, cached: int, incoming: int, keep_from: int, local: int) -> int:
         """Evict the oldest document tokens down to `local` of them (never a token the caller still needs, and at
         least what the incoming batch needs to fit) and close the position gap (llama.cpp re-rotates K)."""
         first = self._sink_len
-        needed = cached + incoming - self.n_ctx
-        evictable = max(self.cache_pos(keep_from) - first, 0)
-        discard = max(needed, min(cached - first - local, evictable))
+        discard, evictable = self._discard(cached, incoming, keep_from, local)
         if discard > evictable:
             raise EpiError("ingest window too small for the pending event; lower --max-tokens")
         if discard <= 0:

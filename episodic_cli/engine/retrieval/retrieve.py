@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...store import DocumentRecord, EventRecord, Store
+from ...store import DocumentRecord, EventDamagedError, EventRecord, Store
 from ..documents.structure import decode as decode_section
 
 RRF_K = 60  # the usual reciprocal-rank-fusion constant; it damps the weight of the very first ranks
@@ -75,12 +75,14 @@ def retrieve(
     lexical: bool = True,
     allowed: set[int] | None = None,
     boosted: set[int] | None = None,
+    damaged: list[EventDamagedError] | None = None,
 ) -> list[RetrievedEvent]:
     """Top-k events by fused similarity, each with +-`neighbours` adjacent events, de-duplicated, in document order,
     holding at most `token_budget` tokens (the best hit is always kept).
 
     `allowed` (a question's chapter, section or page, `--doc`: scope.py) restricts hits and neighbours to
-    those event ids; `boosted` (the code symbols a question names) puts the best of those events first."""
+    those event ids; `boosted` (the code symbols a question names) puts the best of those events first. With
+    `damaged`, an event whose row fails its checksum is left out and its error appended there (else it raises)."""
     pool = max(4 * k, 20)
     rankings = [store.search_dense(query_vector, pool, within=allowed)]
     if lexical:
@@ -98,10 +100,10 @@ def retrieve(
     chosen: dict[int, RetrievedEvent] = {}
     docs: dict[int, DocumentRecord] = {}
     used = 0
-    by_id = {e.id: e for e in store.get_events([h[0] for h in hits])}
+    by_id = {e.id: e for e in store.get_events([h[0] for h in hits], damaged)}
     for rank, (event_id, score) in enumerate(hits):
         event = by_id.get(event_id)
-        if event is None:  # removed by a concurrent ingest after the index was loaded
+        if event is None:  # removed by a concurrent ingest after the index was loaded, or damaged
             continue
         if event.id in chosen:  # already present as a neighbour of a better hit: promote it
             chosen[event.id].score, chosen[event.id].rank = score, rank
@@ -110,7 +112,7 @@ def retrieve(
         group = [RetrievedEvent(event, doc, score, rank)]
         for d in range(1, neighbours + 1):
             for ordinal in (event.ordinal - d, event.ordinal + d):
-                nb = store.event_at(event.document_id, ordinal) if ordinal >= 0 else None
+                nb = store.event_at(event.document_id, ordinal, damaged) if ordinal >= 0 else None
                 if nb is not None and nb.id not in chosen and (allowed is None or nb.id in allowed):
                     group.append(RetrievedEvent(nb, doc, None, None))
         for item in group:

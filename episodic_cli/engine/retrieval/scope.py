@@ -26,6 +26,7 @@ from ...store.lexical import STOP_WORDS
 from ..errors import EpiError
 from ..documents.sources import BLOCK_EXTS, CODE_EXTS, PDF_EXT, TEXT_EXTS
 from ..documents.structure import CODE_KINDS, NUMBER_ALT, ORDINAL_WORDS, all_paths, decode, number_value
+from .citations import printable
 
 _ORDINALS = "|".join(ORDINAL_WORDS[1:]) + r"|\d{1,3}(?:st|nd|rd|th)"
 _CHAPTER_RE = re.compile(rf"\b(?:chapters?|chap\.|ch\.)\s*(?P<num>{NUMBER_ALT})\b"
@@ -163,17 +164,19 @@ class Restriction:
 
 def documents_matching(store: Store, globs: list[str]) -> dict[int, str]:
     """id -> display path of the documents a glob matches: the whole display path, its file name, or the end of its
-    path ("src/*.py" matches "project/src/a.py"); a plain name matches that file in any folder."""
+    path ("src/*.py" matches "project/src/a.py"); a plain name matches that file in any folder. A name holding a
+    control character matches as it is stored and as `epi ls` shows it escapes ('first\\nsecond.txt')."""
     out = {}
     for doc in store.documents():
-        shown = doc.display_path
+        names = dict.fromkeys((doc.display_path, printable(doc.display_path)))
         for g in globs:
             g = g.strip()
             if not g:
                 continue
-            if (fnmatch.fnmatchcase(shown, g) or fnmatch.fnmatchcase(os.path.basename(shown), g)
-                    or fnmatch.fnmatchcase(shown, "*/" + g) or fnmatch.fnmatchcase(doc.path, g)):
-                out[doc.id] = shown
+            if fnmatch.fnmatchcase(doc.path, g) or fnmatch.fnmatchcase(printable(doc.path), g) or any(
+                    fnmatch.fnmatchcase(shown, g) or fnmatch.fnmatchcase(os.path.basename(shown), g)
+                    or fnmatch.fnmatchcase(shown, "*/" + g) for shown in names):
+                out[doc.id] = doc.display_path
                 break
     return out
 
