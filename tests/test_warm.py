@@ -123,6 +123,7 @@ def test_warm_prepares_the_events_questions_retrieved_first(shared_store, second
     """Under a budget that holds only part of the archive for a second model, `epi warm` spends it on what earlier
     questions retrieved (counted by every answer, store/retrieval_log.py): the same question then loads every block."""
     store_dir = copy_of(shared_store, tmp_path, monkeypatch)
+    (store_dir / "retrievals.log").unlink(missing_ok=True)  # what other tests asked of the shared store
     asked = json.loads(ask(store_dir, "--json").stdout)  # the bundled model answers: its retrieval is counted
     ids = {s["event_id"] for s in asked["sources"]}
     from episodic_cli.store import Store
