@@ -111,6 +111,23 @@ class AskResult:
         }
 
 
+
+def _warm_runs(events: list[RetrievedEvent | None]) -> list[list[RetrievedEvent]]:
+    """`epi warm`'s runs: consecutive events of about WARM_RUN_TOKENS, prefilled together; None ends a run."""
+    runs: list[list[RetrievedEvent]] = []
+    run: list[RetrievedEvent] = []
+    run_tokens = 0
+    for r in events:
+        if run and (r is None or run_tokens + r.n_tokens > WARM_RUN_TOKENS):
+            runs.append(run)
+            run, run_tokens = [], 0
+        if r is not None:
+            run.append(r)
+            run_tokens += r.n_tokens
+    if run:
+        runs.append(run)
+    return runs
+
 def apply_kv_budget(store: Store, n_bytes: int) -> None:
     """Record a new KV budget and evict down to it at once (least recently used blocks first)."""
     store.change_kv_budget(n_bytes)
@@ -459,31 +476,27 @@ class Workspace:
         answerer = self.answerer("kv", store)
         keeper = answerer.keeper
         asked = store.retrieval_counts()
-        todo: list[list[RetrievedEvent]] = []
-        for wanted in (True, False):  # events earlier questions retrieved first, then the rest
-            runs: list[list[RetrievedEvent]] = []
-            for doc in store.documents():
-                if documents is not None and doc.path not in documents:
-                    continue
-                run: list[RetrievedEvent] = []
-                run_tokens = 0
-                for ev in store.events_of(doc.id):
-                    r = RetrievedEvent(ev, doc, None, None)
-                    if bool(asked.get(ev.id)) != wanted or keeper.has(event_block_key(r)):
-                        if run and wanted:  # asked-for runs hold neighbouring events only
-                            runs.append(run)
-                            run, run_tokens = [], 0
-                        continue
-                    if run and run_tokens + r.n_tokens > WARM_RUN_TOKENS:
-                        runs.append(run)
-                        run, run_tokens = [], 0
-                    run.append(r)
-                    run_tokens += r.n_tokens
-                if run:
-                    runs.append(run)
-            if wanted:  # the most retrieved first (a stable sort: document order among equals)
-                runs.sort(key=lambda run: -max(asked[r.event.id] for r in run))
-            todo += runs
+        asked_runs: list[list[RetrievedEvent]] = []
+        other_runs: list[list[RetrievedEvent]] = []
+        for doc in store.documents():
+            if documents is not None and doc.path not in documents:
+                continue
+            asked_events: list[RetrievedEvent | None] = []  # None between asked-for events that are not neighbours
+            other_events: list[RetrievedEvent] = []
+            for ev in store.events_of(doc.id):
+                r = RetrievedEvent(ev, doc, None, None)
+                if keeper.has(event_block_key(r)):
+                    asked_events.append(None)
+                elif asked.get(ev.id):
+                    asked_events.append(r)
+                else:
+                    asked_events.append(None)
+                    other_events.append(r)
+            asked_runs += _warm_runs(asked_events)
+            other_runs += _warm_runs(other_events)
+        # the most retrieved first (a stable sort: document order among equals), then the rest in document order
+        asked_runs.sort(key=lambda run: -max(asked[r.event.id] for r in run))
+        todo = asked_runs + other_runs
         total = sum(r.n_tokens for run in todo for r in run)
         result = WarmResult(events_to_do=sum(len(run) for run in todo), tokens_to_do=total)
         started = time.perf_counter()
