@@ -22,10 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from eval import ask_once, load_average  # noqa: E402
-from heldout import load_sets, stale_questions  # noqa: E402
+from heldout import stored_questions  # noqa: E402
 
 from episodic_cli.engine.paths import cache_dir  # noqa: E402
-from episodic_cli.engine.workspace import Workspace  # noqa: E402
 
 ANSWER_MAX_TOKENS = 32  # the first token is what is timed; a short tail keeps the run short
 CONDITIONS = {"k3-free": {"k": 3, "short": False}, "k3-short": {"k": 3, "short": True},
@@ -43,32 +42,15 @@ def main(argv: list[str] | None = None) -> int:
     names = list(CONDITIONS)
     rows = []
     load_start = load_average()
-    for spec in load_sets(args.sets):
-        if spec["set"] not in args.only:
-            continue
-        store_dir = args.stores / spec["set"]
-        if not store_dir.exists():
-            print(f"{spec['set']}: no store at {store_dir} (run bench/heldout.py first); skipped", flush=True)
-            continue
-        ws = Workspace(store=str(store_dir), threads=args.threads)
-        store = ws.store_for_reading()
-        try:
-            ws.check_store(store)
-            stale = set(stale_questions(store, spec["questions"]))
-            for q in spec["questions"]:
-                if q["qid"] in stale:
-                    continue
-                shift = len(rows) % len(names)
-                row = {"qid": q["qid"]}
-                for name in names[shift:] + names[:shift]:
-                    result, r = ask_once(ws, store, q["question"], q["gold_text"], [], max_tokens=ANSWER_MAX_TOKENS,
-                                         mode="kv", **CONDITIONS[name])
-                    row[name] = r["first_token_s"]
-                rows.append(row)
-                print(f"  {q['qid']:<16} " + "  ".join(f"{n} {row[n]:.2f}s" for n in names), flush=True)
-        finally:
-            store.close()
-            ws.close()
+    for ws, store, q in stored_questions(args.sets, args.only, args.stores, None, args.threads):
+        shift = len(rows) % len(names)
+        row = {"qid": q["qid"]}
+        for name in names[shift:] + names[:shift]:
+            result, r = ask_once(ws, store, q["question"], q["gold_text"], [], max_tokens=ANSWER_MAX_TOKENS,
+                                 mode="kv", **CONDITIONS[name])
+            row[name] = r["first_token_s"]
+        rows.append(row)
+        print(f"  {q['qid']:<16} " + "  ".join(f"{n} {row[n]:.2f}s" for n in names), flush=True)
     if not rows:
         print("no question asked")
         return 1

@@ -68,6 +68,30 @@ def stale_questions(store, questions: list[dict]) -> list[str]:
     return [q["qid"] for q in questions if squash(q["gold_text"]) not in text]
 
 
+
+def stored_questions(sets: Path, only: list[str], stores: Path, model: str | None, threads: int | None):
+    """(workspace, store, question) for every scorable question of the sets named in `only` whose store a heldout.py
+    run left in `stores`, a set at a time (its workspace and store closed after its last question): what the
+    side-by-side benchmarks (first_token_ab.py, relink_cost.py) ask again."""
+    for spec in load_sets(sets):
+        if spec["set"] not in only:
+            continue
+        store_dir = stores / spec["set"]
+        if not store_dir.exists():
+            print(f"{spec['set']}: no store at {store_dir} (run bench/heldout.py first); skipped", flush=True)
+            continue
+        ws = Workspace(model, store=str(store_dir), threads=threads)
+        store = ws.store_for_reading()
+        try:
+            ws.check_store(store)
+            stale = set(stale_questions(store, spec["questions"]))
+            for q in spec["questions"]:
+                if q["qid"] not in stale:
+                    yield ws, store, q
+        finally:
+            store.close()
+            ws.close()
+
 def ingest(ws: Workspace, paths: list[Path], log) -> dict:
     """Ingest `paths` into the workspace's store as `epi ingest` does; files already there are skipped."""
     params = SegmentParams()

@@ -19,10 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from eval import ask_once, load_average  # noqa: E402
-from heldout import load_sets, stale_questions  # noqa: E402
+from heldout import stored_questions  # noqa: E402
 
 from episodic_cli.engine.llama.models import answer_model  # noqa: E402
-from episodic_cli.engine.workspace import Workspace  # noqa: E402
 
 ANSWER_MAX_TOKENS = 8  # the first token is what is timed
 
@@ -40,40 +39,23 @@ def main(argv: list[str] | None = None) -> int:
     settings = list(args.relink)
     rows = []
     load_start = load_average()
-    for spec in load_sets(args.sets):
-        if spec["set"] not in args.only:
-            continue
-        store_dir = args.stores / spec["set"]
-        if not store_dir.exists():
-            print(f"{spec['set']}: no store at {store_dir} (run bench/heldout.py first); skipped", flush=True)
-            continue
-        ws = Workspace(answer_model(args.model), store=str(store_dir), threads=args.threads)
-        store = ws.store_for_reading()
-        try:
-            ws.check_store(store)
-            answerer = ws.answerer("kv", store)
-            stale = set(stale_questions(store, spec["questions"]))
-            for q in spec["questions"]:
-                if q["qid"] in stale:
-                    continue
-                shift = len(rows) % len(settings)
-                row = {"qid": q["qid"]}
-                for n in settings[shift:] + settings[:shift]:
-                    answerer.relink_tokens = n
-                    answerer.reset()
-                    result, r = ask_once(ws, store, q["question"], q["gold_text"], [], max_tokens=ANSWER_MAX_TOKENS,
-                                         mode="kv", k=5)
-                    a = result.answer
-                    row[str(n)] = {"first_token_s": r["first_token_s"], "prefill_s": r["prefill_s"],
-                                   "loaded": a.kv_loaded_tokens, "prefilled": a.kv_prefilled_tokens,
-                                   "relinked": a.kv_relinked_tokens}
-                rows.append(row)
-                print(f"  {q['qid']:<16} " + "  ".join(
-                    f"relink {n}: {row[str(n)]['first_token_s']:.2f}s ({row[str(n)]['relinked']} tok)"
-                    for n in settings), flush=True)
-        finally:
-            store.close()
-            ws.close()
+    for ws, store, q in stored_questions(args.sets, args.only, args.stores, answer_model(args.model), args.threads):
+        answerer = ws.answerer("kv", store)
+        shift = len(rows) % len(settings)
+        row = {"qid": q["qid"]}
+        for n in settings[shift:] + settings[:shift]:
+            answerer.relink_tokens = n
+            answerer.reset()
+            result, r = ask_once(ws, store, q["question"], q["gold_text"], [], max_tokens=ANSWER_MAX_TOKENS,
+                                 mode="kv", k=5)
+            a = result.answer
+            row[str(n)] = {"first_token_s": r["first_token_s"], "prefill_s": r["prefill_s"],
+                           "loaded": a.kv_loaded_tokens, "prefilled": a.kv_prefilled_tokens,
+                           "relinked": a.kv_relinked_tokens}
+        rows.append(row)
+        print(f"  {q['qid']:<16} " + "  ".join(
+            f"relink {n}: {row[str(n)]['first_token_s']:.2f}s ({row[str(n)]['relinked']} tok)"
+            for n in settings), flush=True)
     if not rows:
         print("no question asked")
         return 1
