@@ -29,6 +29,7 @@ from .index import intact as index_intact
 from .kv_tier import BLOCK_KINDS, KVSpace, block_key
 from . import retrieval_log
 from .lexical import PLACE_WEIGHT, fts5_document, fts5_query, place_text
+from .summaries import SummaryShelf, summary_block_key
 from .records import (
     DEFAULT_KV_BUDGET_BYTES,
     IDENTITY_CHECKED_FIELDS,
@@ -449,6 +450,7 @@ class Store:
         self._conn.execute(
             "DELETE FROM events_fts WHERE rowid IN (SELECT id FROM events WHERE document_id = ?)", (row[0],)
         )
+        self.summaries().delete_for_document(row[0])  # its map goes with it (a changed file's map is remade)
         self._conn.execute("DELETE FROM events WHERE document_id = ?", (row[0],))
         self._conn.execute("DELETE FROM documents WHERE id = ?", (row[0],))
         return ids
@@ -575,6 +577,10 @@ class Store:
             self._save_index()
 
     # ----------------------------------------------------------------------------------------------- reading
+
+    def summaries(self) -> SummaryShelf:
+        """The map's summaries (summaries.py)."""
+        return SummaryShelf(self)
 
     def documents(self) -> list[DocumentRecord]:
         rows = self._conn.execute(f"SELECT {_DOC_COLS} FROM documents ORDER BY display_path, path")
@@ -750,7 +756,10 @@ class Store:
         """The block key of every event in the archive: what a tier may keep (kv_tier.identity.block_key)."""
         rows = self._conn.execute("SELECT d.content_sha256, e.char_start, e.char_end FROM events e "
                                   "JOIN documents d ON d.id = e.document_id")
-        return {block_key(sha, c0, c1) for sha, c0, c1 in rows}
+        live = {block_key(sha, c0, c1) for sha, c0, c1 in rows}
+        # the map's summaries, read from their own blocks (summaries.py)
+        summaries = self._conn.execute("SELECT id, content_sha256 FROM summaries")
+        return live | {summary_block_key(i, sha) for i, sha in summaries}
 
     def events_by_block_key(self) -> dict[bytes, tuple[int, str]]:
         """block key -> (event id, document display path), to name the events of damaged blocks."""

@@ -10,7 +10,7 @@ import sqlite3
 import time
 from typing import Callable
 
-from . import lexical
+from . import lexical, summaries
 from .checksum import CHECKED_COLUMNS, event_checksum
 
 Migration = Callable[[sqlite3.Connection], None]
@@ -124,6 +124,13 @@ def m008_event_checksums(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE events ADD COLUMN checksum INTEGER")
     rows = conn.execute(f"SELECT id, {', '.join(CHECKED_COLUMNS)} FROM events").fetchall()
     conn.executemany("UPDATE events SET checksum = ? WHERE id = ?", ((event_checksum(r[1:]), r[0]) for r in rows))
+
+
+@migration
+def m009_summaries(conn: sqlite3.Connection) -> None:
+    # The map (summaries.py): an answer model's summaries of parts, documents and collections, searchable like events.
+    for sql in summaries.CREATE_STATEMENTS:
+        conn.execute(sql)
 
 
 def _applied(conn: sqlite3.Connection) -> set[str]:

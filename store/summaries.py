@@ -1,0 +1,180 @@
+"""The map: summaries written by an answer model, one per part of a document (a chapter, a section, a code file's
+whole), one per document from its parts' summaries, and one per collection (the documents under one ingested
+folder) from its documents'. Stored beside the events, searchable like them (dense: exact over the stored vectors,
+they are few; lexical: FTS5), removed with their document (ON DELETE CASCADE, and `delete_for_document` for the
+FTS rows), and known stale when the document's content changed since (`content_sha256`).
+
+A summary is not an event: it has no KV block, no ordinal and no neighbours, so nothing that walks a document's
+events (ingest, warm, doctor, the KV garbage collector) ever meets one.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .kv_tier import block_key
+from .lexical import fts5_document, fts5_query
+
+PART, DOCUMENT, COLLECTION = "part", "document", "collection"
+LEVELS = (PART, DOCUMENT, COLLECTION)
+
+CREATE_STATEMENTS = [
+    """CREATE TABLE summaries (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        document_id INTEGER REFERENCES documents(id) ON DELETE CASCADE,  -- NULL: a collection's summary
+        level TEXT NOT NULL,          -- part | document | collection
+        key TEXT NOT NULL UNIQUE,     -- what it covers: document id + section path, or the collection's folder
+        label TEXT NOT NULL,          -- how a citation names what it covers: 'ch. 3 "The Betrayal"', 'src/'
+        first_ordinal INTEGER, last_ordinal INTEGER,
+        page_start INTEGER, page_end INTEGER, line_start INTEGER, line_end INTEGER,
+        n_tokens INTEGER NOT NULL,    -- tokens of the document it covers
+        model TEXT NOT NULL,          -- the model that wrote it
+        content_sha256 TEXT NOT NULL, -- the content it was written from (a collection: a hash of its documents')
+        text TEXT NOT NULL,
+        embedding BLOB NOT NULL,
+        created_at REAL NOT NULL
+    )""",
+    "CREATE INDEX summaries_document ON summaries(document_id)",
+    """CREATE VIRTUAL TABLE summaries_fts USING fts5(text, place, tokenize="unicode61 tokenchars '_'")""",
+]
+
+_COLS = ("id, document_id, level, key, label, first_ordinal, last_ordinal, page_start, page_end, line_start, "
+         "line_end, n_tokens, model, content_sha256, text, embedding, created_at")
+
+
+@dataclass
+class SummaryRecord:
+    level: str
+    key: str
+    label: str
+    text: str
+    model: str
+    content_sha256: str
+    n_tokens: int
+    document_id: int | None = None
+    first_ordinal: int | None = None
+    last_ordinal: int | None = None
+    page_start: int | None = None
+    page_end: int | None = None
+    line_start: int | None = None
+    line_end: int | None = None
+    embedding: np.ndarray | None = None
+    id: int | None = None
+    created_at: float = 0.0
+
+
+def part_key(document_id: int, path: list | None) -> str:
+    """A part's key: its document and its section path ([] for a document read as one part)."""
+    return f"part:{document_id}:{json.dumps(path or [], ensure_ascii=False)}"
+
+
+def document_key(document_id: int) -> str:
+    return f"document:{document_id}"
+
+
+def collection_key(folder: str) -> str:
+    return f"collection:{folder}"
+
+
+def collection_sha(content_sha256s: list[str]) -> str:
+    """What a collection's summary was written from: its documents' contents, in order."""
+    return hashlib.sha256("\n".join(sorted(content_sha256s)).encode()).hexdigest()
+
+
+def summary_block_key(summary_id: int, content_sha256: str) -> bytes:
+    """The key of a summary's KV block in an answer model's tier: negative character spans never name an event."""
+    return block_key(content_sha256, -int(summary_id), -1)
+
+
+def _record(row: tuple) -> SummaryRecord:
+    return SummaryRecord(id=row[0], document_id=row[1], level=row[2], key=row[3], label=row[4], first_ordinal=row[5],
+                         last_ordinal=row[6], page_start=row[7], page_end=row[8], line_start=row[9], line_end=row[10],
+                         n_tokens=row[11], model=row[12], content_sha256=row[13], text=row[14],
+                         embedding=np.frombuffer(row[15], dtype=np.float32), created_at=row[16])
+
+
+class SummaryShelf:
+    """The summaries of one store (its connection); writes go through the store's writer lock and transactions."""
+
+    def __init__(self, store):
+        self.store = store
+        self._conn = store._conn
+
+    def put(self, summary: SummaryRecord, place: str = "") -> SummaryRecord:
+        """Add a summary, replacing any earlier one of the same key (a remade map)."""
+        vec = np.asarray(summary.embedding, dtype=np.float32).reshape(-1)
+        if vec.shape != (self.store.identity.embed_dim,) or not np.all(np.isfinite(vec)):
+            raise ValueError("a summary needs a finite embedding of the store's dimension")
+        with self.store.writer(), self.store._transaction("writing a summary to"):
+            self._delete_where("key = ?", (summary.key,))
+            cur = self._conn.execute(
+                f"INSERT INTO summaries ({_COLS.replace('id, ', '', 1)}) VALUES ({', '.join('?' * 16)})",
+                (summary.document_id, summary.level, summary.key, summary.label, summary.first_ordinal,
+                 summary.last_ordinal, summary.page_start, summary.page_end, summary.line_start, summary.line_end,
+                 summary.n_tokens, summary.model, summary.content_sha256, summary.text, vec.tobytes(), time.time()))
+            self._conn.execute("INSERT INTO summaries_fts (rowid, text, place) VALUES (?, ?, ?)",
+                               (cur.lastrowid, fts5_document(summary.text), f"{summary.label} {place}".strip()))
+        summary.id = cur.lastrowid
+        return summary
+
+    def get(self, key: str) -> SummaryRecord | None:
+        row = self._conn.execute(f"SELECT {_COLS} FROM summaries WHERE key = ?", (key,)).fetchone()
+        return None if row is None else _record(row)
+
+    def of_document(self, document_id: int) -> list[SummaryRecord]:
+        rows = self._conn.execute(f"SELECT {_COLS} FROM summaries WHERE document_id = ? ORDER BY first_ordinal, id",
+                                  (document_id,))
+        return [_record(r) for r in rows]
+
+    def all(self, level: str | None = None) -> list[SummaryRecord]:
+        sql = f"SELECT {_COLS} FROM summaries" + (" WHERE level = ?" if level else "") + " ORDER BY id"
+        return [_record(r) for r in self._conn.execute(sql, (level,) if level else ())]
+
+    def count(self) -> int:
+        return self._conn.execute("SELECT COUNT(*) FROM summaries").fetchone()[0]
+
+    def delete_for_document(self, document_id: int) -> None:
+        """Inside the caller's transaction: the FTS rows first (the CASCADE removes the summaries' own rows)."""
+        self._delete_where("document_id = ?", (document_id,))
+
+    def delete(self, key: str) -> None:
+        with self.store.writer(), self.store._transaction("removing a summary from"):
+            self._delete_where("key = ?", (key,))
+
+    def _delete_where(self, condition: str, args: tuple) -> None:
+        self._conn.execute(f"DELETE FROM summaries_fts WHERE rowid IN (SELECT id FROM summaries WHERE {condition})",
+                           args)
+        self._conn.execute(f"DELETE FROM summaries WHERE {condition}", args)
+
+    # -- search ---------------------------------------------------------------------------------------------------
+
+    def search_dense(self, query: np.ndarray, k: int, level: str | None = None) -> list[tuple[int, float]]:
+        """The k summaries most similar to `query` (exact: a map holds one summary per chapter or file)."""
+        sql = "SELECT id, embedding FROM summaries" + (" WHERE level = ?" if level else "")
+        rows = self._conn.execute(sql, (level,) if level else ()).fetchall()
+        if not rows or k <= 0:
+            return []
+        vectors = np.stack([np.frombuffer(r[1], dtype=np.float32) for r in rows])
+        scores = vectors @ np.asarray(query, dtype=np.float32).reshape(-1)
+        best = np.argsort(-scores, kind="stable")[:k]
+        return [(int(rows[i][0]), float(scores[i])) for i in best]
+
+    def search_lexical(self, query: str, k: int) -> list[tuple[int, float]]:
+        match = fts5_query(query)
+        if not match or k <= 0:
+            return []
+        rows = self._conn.execute("SELECT rowid, bm25(summaries_fts) AS s FROM summaries_fts WHERE summaries_fts "
+                                  "MATCH ? ORDER BY s LIMIT ?", (match, k))
+        return [(int(r[0]), -float(r[1])) for r in rows]
+
+    def by_ids(self, ids: list[int]) -> list[SummaryRecord]:
+        if not ids:
+            return []
+        marks = ",".join("?" * len(ids))
+        found = {r[0]: _record(r) for r in self._conn.execute(f"SELECT {_COLS} FROM summaries WHERE id IN ({marks})",
+                                                              ids)}
+        return [found[i] for i in ids if i in found]
