@@ -1,6 +1,7 @@
 """The `epi` command line: a thin Typer layer over engine.workspace. Rendering lives in render.py, the REPL in repl.py."""
 from __future__ import annotations
 
+import enum
 import json
 import re
 import signal
@@ -27,9 +28,10 @@ from .engine.kv.blocks import KINDS as KV_KINDS
 from .engine.kv.keeper import DEFAULT_KIND
 from .engine.llama.models import answer_model as chosen_answer_model
 from .engine.llama.models import reader_model
-from .engine.paths import store_path
+from .engine.paths import data_dir, store_path
 from .engine.prompt import check_question_length
 from .engine.retrieval.citations import printable
+from .engine.retrieval.question_kind import QuestionKind
 from .engine.retrieval.scope import documents_matching
 from .engine.workspace import MAX_EVENT_TOKENS, MODES, Workspace, apply_kv_budget
 from .store import Store, StoreError
@@ -59,6 +61,18 @@ ShortOpt = Annotated[bool, typer.Option("--short/--no-short", help="A question a
 LayeredOpt = Annotated[bool, typer.Option("--layered", help="kv mode: load a larger pool of retrieved blocks and let each model layer attend only to the blocks its own query selects (EM-LLM/InfLLM; needs epi's patched llama.cpp, see `epi doctor`). Reads blocks whole.")]
 PoolOpt = Annotated[Optional[int], typer.Option("--pool", help="With --layered: tokens of retrieved blocks in the pool, 4,096-48,000 (default: what the answer context holds, ~7,000). A larger pool consults more of the archive: its blocks share positions in lanes (InfLLM), each layer still seeing 3,072 tokens of them; it costs memory (~23 KB a token with the bundled model) and loading time.", show_default=False)]
 ColdOpt = Annotated[float, typer.Option("--cold-seconds", min=0, help="kv mode: the longest a question spends reading events whose KV blocks the answer model does not have yet (they are read from text); the rest are read as their best sentence while that fits, else left out, and named. `epi warm` prepares the blocks ahead; 0: no limit.")]
+class ReadChoice(str, enum.Enum):
+    auto = "auto"
+    lookup = "lookup"
+    whole = "whole"
+    overview = "overview"
+
+    @property
+    def kind(self) -> QuestionKind | None:
+        return None if self is ReadChoice.auto else QuestionKind(self.value)
+
+
+ReadOpt = Annotated[ReadChoice, typer.Option("--read", help="How much an answer reads: `lookup` the best few passages; `whole` the part the question names (a chapter, section, file, class), whole; `overview` the map's summaries (`epi map`); `auto` chooses from the question.")]
 KVBudgetOpt = Annotated[Optional[str], typer.Option("--kv-budget", help="Disk the store may use for KV blocks, all models together (e.g. `500MB`, `20GB`, `0`); kept in the store. Default 10GB.", show_default=False)]
 
 _SIZE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
@@ -115,6 +129,7 @@ def ingest(
     cluster: Annotated[Optional[str], typer.Option("--cluster", envvar="EPI_CLUSTER", help="Read the files on a Ray cluster's workers (this process writes the store): the head's HOST:PORT, or `local` to start one here on 127.0.0.1 (docs/cluster.md). Needs `pip install 'epi[cluster]'`.", show_default=False)] = None,
     workers: Annotated[Optional[int], typer.Option(min=1, help="With --cluster local: worker processes (default 2).", show_default=False)] = None,
     answer_model: Annotated[Optional[str], typer.Option("--answer-model", help="After reading, prepare this model's KV blocks for the new documents (`epi warm`), so that its answers load them: default the answer model (`qwen-1.5b` when installed, or $EPI_MODEL); `none` skips it (questions then read what they can from text, see `epi ask --cold-seconds`).", show_default=False)] = None,
+    write_map: Annotated[bool, typer.Option("--map/--no-map", help="After the answer model's blocks, write the map of the new documents (`epi map`): summaries that questions about a whole chapter, file or book read. --no-map leaves it for later.")] = True,
     watch: Annotated[bool, typer.Option("--watch", help="After reading, keep watching PATHS: added and changed files are read, removed or renamed ones leave the store with their KV blocks, until Ctrl-C. The store stays locked for other writers meanwhile; the answer model builds blocks for changed files when asked (or `epi warm`).")] = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -166,6 +181,8 @@ def ingest(
     new_docs = {r.path for r in results if r.status == "ingested"}
     if kv and answerer != "none" and answerer != reader and new_docs:
         warm_documents(answerer, store, threads, new_docs, as_json)
+        if write_map:
+            map_documents(answerer, store, threads, new_docs, as_json)
     if any(r.status == "failed" for r in results) or all(r.status == "skipped" for r in results):
         raise typer.Exit(1)
 
@@ -243,6 +260,8 @@ def ask(
     layered: LayeredOpt = False,
     pool: PoolOpt = None,
     cold_seconds: ColdOpt = COLD_PREFILL_SECONDS,
+    read: ReadOpt = ReadChoice.auto,
+    continue_: Annotated[bool, typer.Option("--continue", "-c", help="A follow-up to the last `epi ask` on this store: the answer model rewrites it into the standalone question it means (shown dimmed) for retrieval, and reads the earlier question and answer too.")] = False,
     store: StoreOpt = None,
     model: ModelOpt = None,
     threads: ThreadsOpt = None,
@@ -251,7 +270,10 @@ def ask(
     """Answer a question from the store, streaming the answer, then the quotes that support it and the sources.
 
     A question that names a chapter, section, page, file or code symbol ("in chapter 3", "section 2.4", "on page
-    12", "in utils.py", "what does Cache.get return") is answered from that part of the archive.
+    12", "in utils.py", "what does Cache.get return") is answered from that part of the archive. Asked about such a
+    part as a whole ("summarise chapter 10", "who betrayed whom in chapter 3", "what does the cache module do"), it
+    reads the whole part from its KV blocks; asked about a document or the archive as a whole ("what is this book
+    about", "what does this library do"), it reads the map's summaries (`epi map`). `--read` overrides the choice.
 
     Example:  epi ask "what does the retry policy default to?" -k 5 --doc 'src/*.py'
     """
@@ -268,11 +290,18 @@ def ask(
                 ws.check_store(st)
                 ws.embedder.load(batches=False)  # before timing starts
                 ws.answerer(mode or ws.default_mode(st), st, layered)
+            history = last_turn(ws.store_dir) if continue_ else None
+            if continue_ and not history:
+                raise EpiError("--continue follows up the last `epi ask` on this store, and there is none yet; ask "
+                               "the question on its own")
+            search = ws.condense(history, question) if history else None
             result, stream = ws.ask(st, question, k=k, mode=mode, neighbours=neighbours, epman=epman, docs=doc,
                                     narrow=None if whole is None else not whole, layered=layered, short=short,
-                                    cold_seconds=cold_seconds or None)
+                                    cold_seconds=cold_seconds or None, history=history, search=search,
+                                    kind=read.kind)
             if not as_json:
                 render.scope(result.scope)
+                render.reading(result)
                 render.left_cold(result)
             if as_json:
                 for _ in stream:
@@ -281,10 +310,34 @@ def ask(
             else:
                 render.stream_answer(stream)
                 render.evidence(result)
-                render.sources(result.retrieved)
+                render.sources(result.retrieved, grouped=result.kind is not QuestionKind.LOOKUP)
                 render.timings(result)
+            remember_turn(ws.store_dir, question, result.answer.text)
     finally:
         ws.close()  # the model and contexts go, whatever stopped the answer
+
+
+LAST_TURN = "last-answer.json"
+
+
+def remember_turn(store_dir: Path, question: str, answer: str) -> None:
+    """The last question and answer on a store, for `epi ask --continue` (best effort: a read-only folder only loses
+    the follow-up)."""
+    try:
+        path = data_dir() / "conversations" / (re.sub(r"[^\w.-]", "_", str(store_dir.resolve())) + ".json")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"question": question, "answer": answer.strip()}))
+    except OSError:
+        pass
+
+
+def last_turn(store_dir: Path) -> list[dict[str, str]] | None:
+    path = data_dir() / "conversations" / (re.sub(r"[^\w.-]", "_", str(store_dir.resolve())) + ".json")
+    try:
+        data = json.loads(path.read_text())
+        return [{"role": "user", "content": data["question"]}, {"role": "assistant", "content": data["answer"]}]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 @app.command()
@@ -358,6 +411,47 @@ def warm(
     is done is kept: run it again to go on. Example:  epi warm --model qwen-1.5b
     """
     warm_documents(chosen_answer_model(model), store, threads, None, as_json)
+
+
+@app.command("map")
+@handle_errors
+def map_command(
+    store: StoreOpt = None,
+    model: ModelOpt = None,
+    threads: ThreadsOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write the map: the answer model summarises each chapter, section and code file from its KV blocks, then each
+    document from its parts' summaries, then each ingested folder from its documents'. Questions about the whole
+    ("what is this book about", "what does this library do", "summarise chapter 3") read them; they are searchable
+    like any passage and cited as summaries.
+
+    `epi ingest` writes the map of new documents itself (`--no-map` skips it). Resumable: Ctrl-C or a crash keeps
+    what is written, and running it again goes on without summarising anything twice; a changed document's
+    summaries are written again. Example:  epi map --model qwen-1.5b
+    """
+    map_documents(chosen_answer_model(model), store, threads, None, as_json)
+
+
+def map_documents(model: str, store: str | None, threads: int | None, documents: set[str] | None,
+                  as_json: bool) -> None:
+    """The map of `documents` (None: every document), with progress, ETA and a summary line."""
+    Store.refuse_if_being_written(store_path(store))
+    ws = Workspace(model, store, threads, warn=render.warning)
+    try:
+        with Store.open_existing(ws.store_dir) as st:
+            with render.status(f"loading {model} to write the map", quiet=as_json):
+                ws.check_store(st)
+                ws.embedder.load(batches=False)
+                ws.answerer("kv", st, whole=True)
+            with render.map_progress(quiet=as_json) as progress:
+                result = ws.write_map(st, progress, documents)
+        if as_json:
+            print(json.dumps({"map": model, **result.as_json()}), flush=True)
+        else:
+            render.map_summary(result)
+    finally:
+        ws.close()
 
 
 @app.command("ls")

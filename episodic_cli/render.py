@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -77,6 +78,28 @@ def token_progress(description: str, quiet: bool = False) -> Iterator[Callable[[
                   TimeRemainingColumn(), console=err, transient=True, disable=quiet or not err.is_terminal) as progress:
         task = progress.add_task(description, total=None)
         yield lambda done, total: progress.update(task, completed=done, total=max(total, 1))
+
+
+@contextlib.contextmanager
+def map_progress(quiet: bool = False) -> Iterator[Callable]:
+    """The map's bar: tokens of parts summarised (rate, ETA) and summaries written; yields update(MapProgress)."""
+    with Progress(TextColumn("writing the map"), BarColumn(), MofNCompleteColumn(), TextColumn("tokens"),
+                  TextColumn("{task.fields[written]} summaries"), TimeRemainingColumn(), console=err,
+                  transient=True, disable=quiet or not err.is_terminal) as progress:
+        task = progress.add_task("map", total=None, written=0)
+        yield lambda state: progress.update(task, completed=state.tokens_done, total=max(state.tokens_total, 1),
+                                            written=state.written)
+
+
+def map_summary(result) -> None:
+    levels = ", ".join(f"{n} {level}" for level, n in result.per_level.items() if n)
+    line = (f"wrote {result.written:,} summaries ({levels or 'none'}) in {_duration(result.seconds)}"
+            if result.written else "the map is up to date: every part already has its summary")
+    if result.skipped and result.written:
+        line += f"; {result.skipped:,} parts were summarised already"
+    if result.stopped:
+        line += f"; stopped ({result.stopped}): run `epi map` again to go on"
+    err.print(escape(line), soft_wrap=True)
 
 
 def warm_summary(result) -> None:
@@ -283,7 +306,12 @@ def _where(document: str, kind: str, e) -> str:
 
 def evidence(result) -> None:
     """The quotes that support the answer, under it, with the answer's own words highlighted; or, when no sentence
-    of the sources holds them, a plain statement that the answer is not sourced."""
+    of the sources holds them, a plain statement that the answer is not sourced. An answer of several sentences is
+    checked sentence by sentence instead."""
+    sentences = result.sentence_support()
+    if len(sentences) > 1:
+        sentence_evidence(result, sentences)
+        return
     found = result.support()
     if not found.supported:
         out.print("\n[bold yellow]Not supported by the sources:[/] [yellow]no sentence in them holds what this answer "
@@ -293,6 +321,25 @@ def evidence(result) -> None:
     else:
         out.print("\n[bold]Evidence[/]")
     for e in found.evidence:
+        _quote(result, e)
+
+
+def sentence_evidence(result, sentences) -> None:
+    """Each sentence of a long answer, then the quote that supports it, or a mark that none does."""
+    backed = sum(s.supported for s in sentences)
+    out.print(f"\n[bold]Evidence, sentence by sentence[/] [dim]({backed} of {len(sentences)} supported)[/]")
+    for s in sentences:
+        if s.supported:
+            out.print(f"[green]✓[/] {escape(s.sentence)}", soft_wrap=True)
+            for e in s.evidence:
+                _quote(result, e)
+        else:
+            out.print(f"[yellow]? {escape(s.sentence)}[/]\n   [dim yellow]no sentence in the sources holds this[/]",
+                      soft_wrap=True)
+
+
+def _quote(result, e) -> None:
+    if True:
         r = result.retrieved[e.index]
         quote, marked, at = " ".join(e.quote.split()), "", 0
         # highlight offsets refer to the quote as stored; map them onto the whitespace-squashed form shown
@@ -308,21 +355,70 @@ def evidence(result) -> None:
             marked += escape(quote[at:a]) + f"[bold yellow]{escape(quote[a:b])}[/]"
             at = b
         marked += escape(quote[at:])
-        where = _where(printable(r.document.display_path), r.document.kind, e)
-        out.print(f" [cyan]“[/]{marked}[cyan]”[/]\n   [dim]{escape(where)}, event "
-                  f"{r.event.id}[/]", soft_wrap=True)
+        where = citation(r) if r.summary is not None else _where(printable(r.document.display_path),
+                                                                   r.document.kind, e)
+        origin = "" if r.summary is not None else f", event {r.event.id}"
+        out.print(f" [cyan]“[/]{marked}[cyan]”[/]\n   [dim]{escape(where)}{origin}[/]", soft_wrap=True)
 
 
-def sources(retrieved) -> None:
+def sources(retrieved, grouped: bool = False) -> None:
+    """The sources, numbered; `grouped` (an answer that read a whole part): runs of consecutive events of a document
+    as one line each, since a chapter read whole is tens of events."""
     if not retrieved:
         out.print("[dim]no sources: the store has no events that match[/]")
         return
+    if grouped:
+        runs: list[list] = []
+        for r in retrieved:
+            last = runs[-1][-1] if runs else None
+            if (last is not None and r.summary is None and last.summary is None
+                    and last.document.id == r.document.id and r.event.ordinal == last.event.ordinal + 1):
+                runs[-1].append(r)
+            else:
+                runs.append([r])
+        if len(runs) < len(retrieved):
+            out.print("\n[bold]Sources[/]")
+            for i, run in enumerate(runs, 1):
+                first, last = run[0], run[-1]
+                if first.summary is not None or len(run) == 1:
+                    ident = "" if first.summary is not None else f"  [dim]event {first.event.id}[/]"
+                    out.print(f" [cyan][{i}][/] {escape(citation(first))}{ident}")
+                    continue
+                out.print(f" [cyan][{i}][/] {escape(_run_citation(run))}  [dim]events {first.event.id}-"
+                          f"{last.event.id} ({sum(r.n_tokens for r in run):,} tokens)[/]")
+            return
     out.print("\n[bold]Sources[/]")
     for i, r in enumerate(retrieved, 1):
         excerpt = " ".join(r.event.text.split())
         excerpt = excerpt[:140] + ("…" if len(excerpt) > 140 else "")
-        mark = "" if r.score is not None else " [dim](neighbour)[/]"
+        if r.summary is not None:
+            out.print(f" [cyan][{i}][/] {escape(citation(r))}  [dim]{escape(r.summary.model.split()[0])}[/]\n"
+                      f"     {escape(excerpt)}")
+            continue
+        mark = "" if r.score is not None or getattr(r, "whole", False) else " [dim](neighbour)[/]"
         out.print(f" [cyan][{i}][/] {escape(citation(r))}{mark}  [dim]event {r.event.id}[/]\n     {escape(excerpt)}")
+
+
+def reading(result) -> None:
+    """What a whole-scope or overview answer read ("read all of ch. 12, 7,930 tokens"), and a chat follow-up's
+    rewrite, dimmed: what was searched for is visible, so a rewrite that drifted is seen."""
+    if getattr(result, "search", None):
+        err.print(f"[dim]searched as: {escape(result.search)}[/]", soft_wrap=True)
+    if getattr(result, "reading", None):
+        err.print(f"[dim]{escape(result.reading)}[/]", soft_wrap=True)
+
+
+def _run_citation(run) -> str:
+    """A run of consecutive events: the first one's citation, its pages or lines extended to the last one's."""
+    first, last = run[0].event, run[-1].event
+    head = citation(run[0])
+    if first.page_start is not None and last.page_end is not None:
+        a, b = first.page_start, last.page_end
+        head = re.sub(r", pp?\. [\d-]+$", "", head) + (f", p. {a}" if a == b else f", pp. {a}-{b}")
+    elif first.line_start is not None and last.line_end is not None:
+        head = re.sub(r", (?:lines?|¶) [\d-]+$", "", head) + ", " + place_words(run[0].document.kind,
+                                                                                first.line_start, last.line_end)
+    return head
 
 
 def scope(restriction) -> None:

@@ -69,15 +69,18 @@ def run_repl(ws: Workspace, store: Store, k: int, epman: bool = False, docs: lis
             else:
                 render.error(f"unknown command {cmd}; /help lists them")
             continue
-        # A follow-up ("and who was his brother?") retrieves with the previous question for its missing context.
-        # A question naming its own chapter, section, page, file or symbol is not mixed with the previous one's.
-        query = f"{last_question} {line}" if last_question and not names_a_place(line) else line
+        # A follow-up ("and how big is it on disk?") is searched for as the standalone question it means, written by
+        # the answer model from the conversation (shown dimmed); a question naming its own chapter, section, page,
+        # file or symbol stands alone.
         try:
             check_question_length(line)
             store.refresh()  # an ingest running beside the chat commits document after document
-            result, stream = ws.ask(store, line, k=k, history=history[-2 * HISTORY_TURNS:], epman=epman, docs=docs,
+            recent = history[-2 * HISTORY_TURNS:]
+            query = ws.condense(recent, line) if recent and not names_a_place(line) else line
+            result, stream = ws.ask(store, line, k=k, history=recent, epman=epman, docs=docs,
                                     layered=layered, short=short, search=query, cold_seconds=cold_seconds)
             render.scope(result.scope)
+            render.reading(result)
             render.left_cold(result)
             # The model sees the user's own words as the question; retrieval used the combined query.
             answer_text = ""

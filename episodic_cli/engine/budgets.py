@@ -30,3 +30,15 @@ LAYERED_ANCHOR_TOKENS = 2 * LAYER_BUDGET // 3
 # `--pool`: above a layer's budget and the share it chooses (a smaller pool is seen whole by every layer), at most
 # what a 2-core laptop loads in a few seconds (~23 KB a token with the bundled model: ~1.1 GB)
 POOL_TOKENS_RANGE = (LAYER_BUDGET + LAYER_BUDGET // 3, 48_000)
+
+# Questions about a part as a whole (engine/retrieval/question_kind.py) read it whole from its blocks in a context of
+# this many positions (or the model's training window, if shorter), and write longer answers. Memory, load time and
+# decode speed at 8k/16k/24k: docs/benchmarks.md, "Answer context".
+WHOLE_CONTEXT = 16384
+WHOLE_ANSWER_TOKENS = 384
+# The map (engine/answer/map_writer.py): a summary's longest length, and the size of the parts a document without
+# chapters, sections or files is cut into.
+SUMMARY_TOKENS = 200
+MAP_PART_TOKENS = 6000
+# An overview question reads at most this many characters of the map's summaries (about 4 characters a token).
+OVERVIEW_CHARS = 4 * 6000

@@ -100,3 +100,52 @@ def sink_tokens(model: LlamaModel) -> np.ndarray:
     the sink the ingest pass computes every block behind, so that an answer loads each block behind the very tokens
     it was computed behind (EM-LLM's initial tokens, shared by ingest and answers)."""
     return model.tokenize(model.apply_chat_template(kv_messages("", 1)).split(BLOCK_MARK)[0], special=True)
+
+
+# -- whole-scope answers and the map ---------------------------------------------------------------------------
+# Written after the question, in the same user turn: the sink (system rules) is fixed, since every block was computed
+# behind it, so whatever a kind of question needs besides is said here.
+
+def whole_scope_request(question: str, described: str, complete: bool, code: bool) -> str:
+    """A question about a part as a whole, with what the sources are (all of it, or parts and summaries)."""
+    what = f"all of {described}, in order" if complete else (
+        f"the parts of {described} that match the question best, in order, and summaries of the rest")
+    focus = ("what it is for, its main functions or classes, and how they work together" if code else
+             "the people, what each of them does and to whom, in the order it happens")
+    return (f"{question}\n\n(The sources are {what}. Answer from the whole of them, not only the last one, in a few "
+            f"sentences: {focus}. Use the names exactly as the sources write them.)")
+
+
+def overview_request(question: str) -> str:
+    return (f"{question}\n\n(The sources are summaries of the documents and of their parts, the most general first. "
+            "Answer from them in a few sentences, using the names exactly as they write them.)")
+
+
+def part_summary_request(label: str, document: str, code: bool) -> str:
+    if code:
+        return (f"Summarise the source file {document} above in 2-4 sentences: what it is for, its main classes and "
+                "functions, and how they work together. Use the names exactly as written.")
+    return (f"Summarise {label} of {document} above in 3-5 sentences: who or what it is about and what happens or "
+            "what it explains, in order. Name the people, places and things exactly as the text does.")
+
+
+def document_summary_request(document: str, code: bool) -> str:
+    what = "this file" if code else "the whole document"
+    return (f"The sources above are summaries of the parts of {document}, in order. Write a summary of {what} in "
+            "4-6 sentences: what it is about, its main people or components, and how it develops or fits together.")
+
+
+def collection_summary_request(folder: str) -> str:
+    return (f"The sources above are summaries of the files under {folder}. Say in 3-5 sentences what this collection "
+            "is and what it does, naming its main parts.")
+
+
+def condense_messages(history: list[dict[str, str]], follow_up: str) -> list[dict[str, str]]:
+    """Rewrite a chat follow-up into the standalone question it means (condense-question), for retrieval."""
+    turns = "".join(f"{'User' if m['role'] == 'user' else 'Assistant'}: {clean_question(m['content']).strip()}\n"
+                    for m in history)
+    return [{"role": "system", "content": "You rewrite follow-up questions so that they can be understood without "
+                                          "the conversation. Reply with the rewritten question only."},
+            {"role": "user", "content": f"Conversation:\n{turns}\nFollow-up question: {clean_question(follow_up)}\n\n"
+                                        "Rewrite the follow-up question as one standalone question that names what "
+                                        "it refers to. Keep its meaning; do not answer it."}]

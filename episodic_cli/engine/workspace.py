@@ -19,8 +19,8 @@ from .answer.records import Answer
 from .answer.short_answer import answer_spans, asks_for_a_fact
 from .answer.text_mode import TextModeAnswerer
 from .budgets import (ANSWER_CONTEXT, ANSWER_TOKENS, DEFAULT_K, EVIDENCE_BUDGET, LAYER_BUDGET, LAYERED_ANCHOR_TOKENS,
-                      LAYERED_POOL_K, MAX_POOL, MIN_SOURCE_ROOM, PROMPT_OVERHEAD, QUESTION_ROOM,
-                      RELINK_TOKENS, WARM_RUN_TOKENS)
+                      LAYERED_POOL_K, MAX_POOL, MIN_SOURCE_ROOM, OVERVIEW_CHARS, PROMPT_OVERHEAD, QUESTION_ROOM,
+                      RELINK_TOKENS, SUMMARY_TOKENS, WARM_RUN_TOKENS, WHOLE_ANSWER_TOKENS, WHOLE_CONTEXT)
 from .documents.structure import describe as describe_section
 from .embed.embedder import EMBED_DIM, EMBEDDER_NAME, Embedder
 from .errors import EpiError
@@ -34,14 +34,22 @@ from .llama import prefill_rate
 from .llama.backend import LlamaModel, default_threads
 from .llama.models import BUNDLED_MODEL_FILE, PreparedModel, prepare_model
 from .paths import cache_dir, store_path
-from .retrieval.evidence import Support, readable, support
+from .retrieval.evidence import SentenceSupport, Support, readable, support, support_by_sentence
 from .retrieval.evidence import focus as evidence_focus
 from .retrieval.evidence import narrow as evidence_narrow
 from .retrieval.retrieve import RetrievedEvent, relevance_order, retrieve
-from .retrieval.scope import Restriction
+from .retrieval.scope import Restriction, documents_matching
 from .retrieval.scope import parse as parse_scope
 from .retrieval.scope import resolve as resolve_scope
 from .retrieval.weights import episodic_weights
+from .answer.map_writer import MapProgress, MapWriter
+from .answer.condense import Condenser
+from .prompt import overview_request, whole_scope_request
+from .retrieval.question_kind import QuestionKind, classify
+from .retrieval.scope import parse as parse_question_scope
+from .retrieval.summary_sources import overview as overview_summaries
+from .retrieval.summary_sources import summary_sources
+from .retrieval.whole_scope import ScopeReading, read_scope
 
 MODES = ("text", "kv")
 LAYERED_UNAVAILABLE = ("--layered needs epi's patched llama.cpp, and this llama-cpp-python lacks the patch: run "
@@ -62,6 +70,17 @@ class AskResult:
     left_cold: list[RetrievedEvent] = field(default_factory=list)
     # of the events read, those without a block read as their best sentence only, for the same reason
     cold_sentences: list[RetrievedEvent] = field(default_factory=list)
+    kind: QuestionKind = QuestionKind.LOOKUP  # how much the answer read (engine/retrieval/question_kind.py)
+    reading: str | None = None  # what a whole-scope or overview answer read: "read all of ch. 12, 7,930 tokens"
+    search: str | None = None   # what retrieval looked for, when not the question (a chat follow-up's rewrite)
+
+    def sentence_support(self) -> list[SentenceSupport]:
+        """Each sentence of the answer with the quote that supports it, or none (computed once complete)."""
+        text = self.answer.text.strip()
+        cached = self.__dict__.get("_sentences")
+        if cached is None or cached[1] != text:
+            cached = self.__dict__["_sentences"] = (support_by_sentence(self.question, text, self.retrieved), text)
+        return cached[0]
 
     def support(self) -> Support:
         """The quotes of the sources that support the answer (computed once the answer is complete)."""
@@ -83,7 +102,8 @@ class AskResult:
             "short_answer": self.answer.short,
             "mode": self.mode,
             "sources": [
-                {"document": r.document.display_path, "page": r.event.page_start, "page_end": r.event.page_end,
+                {"document": r.document.display_path, "summary_of": None if r.summary is None else r.summary.label,
+                 "page": r.event.page_start, "page_end": r.event.page_end,
                  "line_start": r.event.line_start, "line_end": r.event.line_end,
                  "section": describe_section(r.section), "event_id": r.event.id,
                  "score": None if r.score is None else round(r.score, 6), "text": r.event.text}
@@ -91,6 +111,11 @@ class AskResult:
             ],
             "scope": None if self.scope is None else {"restricted_to": self.scope.described,
                                                       "notes": self.scope.notes},
+            "kind": self.kind.value,
+            "read": self.reading,
+            "search": self.search,
+            # each sentence of the answer with its supporting quote (null: none found)
+            "sentences": [s.as_json(self.retrieved) for s in self.sentence_support()],
             "retrieved_tokens": sum(r.n_tokens for r in self.retrieved),
             # kv mode: how many retrieved tokens came from stored blocks and how many were prefilled from text
             "kv_loaded_tokens": self.answer.kv_loaded_tokens if self.mode == "kv" else None,
@@ -155,6 +180,7 @@ class Workspace:
         self.warn = warn or (lambda message: None)
         self.on_prepare = on_prepare  # kv mode: progress of events prepared from text (cold)
         self._answerers: dict[str, TextModeAnswerer | KVModeAnswerer] = {}
+        self._condenser: Condenser | None = None
         # --layered: tokens of retrieved blocks in the pool (0: what the answer context holds, laid out in order;
         # more: lanes sharing positions, engine/answer/layered.py, each layer still seeing LAYER_BUDGET of them)
         self.layered_pool = 0
@@ -265,18 +291,23 @@ class Workspace:
         """kv unless the store keeps no KV blocks at all (a budget of 0, e.g. ingested with --no-kv)."""
         return "kv" if store.kv_budget > 0 else "text"
 
-    def answerer(self, mode: str, store: Store | None = None, layered: bool = False
+    @property
+    def whole_context(self) -> int:
+        return min(WHOLE_CONTEXT, self.model.info.n_ctx_train)
+
+    def answerer(self, mode: str, store: Store | None = None, layered: bool = False, whole: bool = False
                  ) -> TextModeAnswerer | KVModeAnswerer:
         """The answerer of `mode` (kv mode needs the store: its tier and budget); `layered`: kv mode with per-layer
-        block selection (engine/answer/layered.py)."""
+        block selection (engine/answer/layered.py); `whole`: a context of whole_context positions, for questions
+        about a part as a whole and for writing the map (a separate context: lookups keep their smaller one)."""
         if layered:
             if mode != "kv":
                 raise EpiError("--layered selects KV blocks per layer, so it needs kv mode (a store with KV blocks)")
             if not layer_visibility.available():
                 raise EpiError(LAYERED_UNAVAILABLE)
-        key = f"kv-layered-{self.pool_tokens()}" if layered else mode
+        key = f"kv-layered-{self.pool_tokens()}" if layered else f"{mode}-whole" if whole else mode
         if key not in self._answerers:
-            n_ctx = self.answer_context
+            n_ctx = self.whole_context if whole else self.answer_context
             if layered:
                 self._answerers[key] = LayeredAnswerer(self.model, n_ctx, self.block_keeper(store), LAYER_BUDGET,
                                                        pool_tokens=self.pool_tokens(), n_threads=self.threads,
@@ -285,11 +316,11 @@ class Workspace:
             elif mode == "kv":
                 if store is None:
                     raise ValueError("kv mode answers from a store's KV tier: pass the store")
-                self._answerers[mode] = KVModeAnswerer(self.model, n_ctx, self.block_keeper(store), self.threads,
+                self._answerers[key] = KVModeAnswerer(self.model, n_ctx, self.block_keeper(store), self.threads,
                                                        self.warn, sink_dir=cache_dir() / "kv-sinks",
                                                        on_prepare=self.on_prepare, relink_tokens=self.relink_tokens)
             else:
-                self._answerers[mode] = TextModeAnswerer(self.model, n_ctx, self.threads)
+                self._answerers[key] = TextModeAnswerer(self.model, n_ctx, self.threads)
             self._answerers[key].session.warm_up()
         return self._answerers[key]
 
@@ -362,6 +393,7 @@ class Workspace:
         short: bool = True,
         search: str | None = None,
         cold_seconds: float | None = None,
+        kind: QuestionKind | None = None,
     ) -> tuple[AskResult, Iterator[str]]:
         """Retrieve now; return the result (filled in as the stream is consumed) and the answer stream.
         `epman` scales each block's V rows by its episodic weight in [0.9, 1.0] (kv mode only); `docs` (globs on
@@ -372,7 +404,8 @@ class Workspace:
         `narrow`: read only the sentences that match the question best (None: as the model reads best,
         `narrows_by_default`). `cold_seconds`: kv mode reading whole events prefills at most what this machine reads
         in that time of the events the answer model has no block for yet; the least relevant of them are left out
-        (None: no limit)."""
+        (None: no limit). `kind`: how much to read (None: as the question asks, engine/retrieval/question_kind.py):
+        a named part whole, the map's summaries for a question about the whole, or the k best events."""
         if mode is not None and mode not in MODES:
             raise EpiError(f"unknown mode {mode!r}: use text or kv")
         if not question.strip():
@@ -383,6 +416,16 @@ class Workspace:
         mode = mode or self.default_mode(store)
         if epman and mode != "kv":
             raise EpiError("--epman weights KV blocks, so it needs kv mode (a store ingested with KV blocks)")
+        if kind is None:
+            kind = QuestionKind.LOOKUP if layered or epman else classify(search, parse_question_scope(search))
+        if kind is QuestionKind.WHOLE:
+            found = self._ask_whole(store, question, search, scope, mode, history, started, should_stop)
+            if found is not None:
+                return found
+        elif kind is QuestionKind.OVERVIEW:
+            found = self._ask_overview(store, question, search, scope, mode, history, started, should_stop, docs)
+            if found is not None:
+                return found
         # The sources are cut to the room the question leaves (the best hit is always read: room_beside keeps one)
         room = min(EVIDENCE_BUDGET, self.room_beside(question, history))
         retrieved = relevance_order(self.retrieve(store, search, k, neighbours, scope=scope,  # the order read
@@ -398,7 +441,8 @@ class Workspace:
             narrow = self.narrows_by_default
         # `narrow`: the answer reads only the few sentences that match the question best (engine/retrieval/evidence.py)
         focus = evidence_narrow(search, retrieved) if narrow else []
-        result = AskResult(question, mode, retrieved, answer, scope, focus=focus or None)
+        result = AskResult(question, mode, retrieved, answer, scope, focus=focus or None,
+                           search=search if search != question else None)
         answerer = self.answerer(mode, store, layered)
         if layered:  # every layer sees what kv mode would read, then what its own query picks from the pool
             answerer.anchors = anchors
@@ -423,6 +467,93 @@ class Workspace:
         stream = answerer.stream(question, read, history, started, answer, should_stop=should_stop,
                                  weights=weights, spans=spans, lead_spans=lead_spans or None, **options)
         return result, self._timing_cold(stream, answerer)
+
+    def _whole_room(self, request: str, history: list[dict[str, str]] | None) -> int:
+        asked = len(self.model.tokenize(request)) + sum(len(self.model.tokenize(m["content"])) for m in history or [])
+        return self.whole_context - WHOLE_ANSWER_TOKENS - max(QUESTION_ROOM, asked + PROMPT_OVERHEAD)
+
+    def _ask_whole(self, store: Store, question: str, search: str, scope: Restriction, mode: str,
+                   history: list[dict[str, str]] | None, started: float, should_stop: Callable[[], bool] | None
+                   ) -> tuple[AskResult, Iterator[str]] | None:
+        """A question about a named part as a whole: the part read in document order from its blocks, as far as the
+        whole-scope context holds (engine/retrieval/whole_scope.py). None when the question names no part that
+        resolved to events (it is then answered as a lookup)."""
+        ids = scope.allowed
+        if scope.boosted:
+            ids = scope.boosted if ids is None else (scope.boosted & ids) or ids
+        if not ids:
+            return None
+        parsed = parse_question_scope(search)
+        what = scope.described or ", ".join(".".join(s) for s in parsed.symbols) or "the part named"
+        text = scope.query or search
+        request = whole_scope_request(question, what, False, False)
+        reading = read_scope(store, ids, self.embedder.embed_query(text), text, self._whole_room(request, history),
+                             tokens_of=lambda t: len(self.model.tokenize(t)))
+        code = all(r.document.kind == "code" for r in reading.events if r.summary is None)
+        request = whole_scope_request(question, what, reading.complete, code)
+        retrieved = reading.events
+        for r in retrieved:
+            r.cited_section = scope.cited_section(r.section) if scope.places and r.summary is None else None
+        store.note_retrieved([r.event.id for r in retrieved if r.summary is None])
+        answer = Answer()
+        answer.timings.retrieve_s = time.perf_counter() - started
+        result = AskResult(question, mode, retrieved, answer, scope, kind=QuestionKind.WHOLE,
+                           reading=reading.described(what), search=search if search != question else None)
+        answerer = self.answerer(mode, store, whole=True)
+        stream = answerer.stream(request, retrieved, history, started, answer, max_tokens=WHOLE_ANSWER_TOKENS,
+                                 should_stop=should_stop)
+        return result, self._timing_cold(stream, answerer)
+
+    def _ask_overview(self, store: Store, question: str, search: str, scope: Restriction, mode: str,
+                      history: list[dict[str, str]] | None, started: float,
+                      should_stop: Callable[[], bool] | None, docs: list[str] | None
+                      ) -> tuple[AskResult, Iterator[str]] | None:
+        """A question about a document or the archive as a whole: the map's summaries, most general first (None
+        when there is no map yet: answered as a lookup, with a note saying what `epi map` adds)."""
+        if store.summaries().count() == 0:
+            self.warn("this store has no map yet, so a question about the whole is answered from a few passages; "
+                      "`epi map` writes the summaries such questions read")
+            return None
+        doc_ids = set(documents_matching(store, docs)) if docs else None
+        chosen = overview_summaries(store, self.embedder.embed_query(search), search, OVERVIEW_CHARS, doc_ids)
+        if not chosen:
+            return None
+        retrieved = summary_sources(store, chosen)
+        answer = Answer()
+        answer.timings.retrieve_s = time.perf_counter() - started
+        levels = {s.level for s in chosen}
+        reading = f"read {len(chosen)} summar{'y' if len(chosen) == 1 else 'ies'} of the map (" + ", ".join(
+            f"{sum(s.level == lv for s in chosen)} {lv}" for lv in ("collection", "document", "part")
+            if lv in levels) + ")"
+        result = AskResult(question, mode, retrieved, answer, scope, kind=QuestionKind.OVERVIEW, reading=reading,
+                           search=search if search != question else None)
+        answerer = self.answerer(mode, store, whole=True)
+        stream = answerer.stream(overview_request(question), retrieved, history, started, answer,
+                                 max_tokens=WHOLE_ANSWER_TOKENS, should_stop=should_stop)
+        return result, self._timing_cold(stream, answerer)
+
+    def condense(self, history: list[dict[str, str]], follow_up: str) -> str:
+        """The standalone question a chat follow-up means, written by the answer model from the conversation
+        (condense-question); the follow-up itself when there is no history or the rewrite comes out empty."""
+        if not history:
+            return follow_up
+        if self._condenser is None:
+            self._condenser = Condenser(self.model, self.threads)
+        return self._condenser.rewrite(history, follow_up) or follow_up
+
+    def write_map(self, store: Store, progress: Callable[[MapProgress], None] | None = None,
+                  documents: set[str] | None = None, should_stop: Callable[[], bool] | None = None) -> MapProgress:
+        """Summaries of every part, document and collection that lacks a current one (engine/answer/map_writer.py),
+        from this model's blocks; resumable. `documents`: only these (their stored paths)."""
+        answerer = self.answerer("kv", store, whole=True)
+        writer = MapWriter(store, answerer, f"{self.model.info.name} {self.prepared.sha256[:12]}",
+                           self.embedder.embed_query,
+                           room=self.whole_context - SUMMARY_TOKENS - QUESTION_ROOM, should_stop=should_stop)
+        chosen = None if documents is None else [d for d in store.documents() if d.path in documents]
+        try:
+            return writer.run(chosen, progress)
+        finally:
+            answerer.reset()
 
     def fit_cold(self, answerer: KVModeAnswerer, question: str, retrieved: list[RetrievedEvent], seconds: float
                  ) -> tuple[list[RetrievedEvent], list[RetrievedEvent], dict[int, str]]:
@@ -520,3 +651,6 @@ class Workspace:
         for answerer in self._answerers.values():
             answerer.close()
         self._answerers.clear()
+        if self._condenser is not None:
+            self._condenser.close()
+            self._condenser = None

@@ -20,6 +20,8 @@ def citation(r: RetrievedEvent, structure: bool = True) -> str:
     the document's structure only where the event records one (and `structure`)."""
     ev = r.event
     head = printable(r.document.display_path)
+    if r.summary is not None:
+        return summary_citation(r)
     place = describe_section(r.section) if structure else None
     if place:
         head = f"{head}, {place}"
@@ -37,3 +39,19 @@ def place_words(kind: str, first: int, last: int | None) -> str:
     if kind in BLOCK_KINDS:
         return f"\u00b6 {first}" if first == last else f"\u00b6 {first}-{last}"
     return f"line {first}" if first == last else f"lines {first}-{last}"
+
+
+def summary_citation(r: RetrievedEvent) -> str:
+    """`book.pdf, summary of ch. 3 "The Betrayal" (pp. 41-55)`: a map summary names what it covers."""
+    s = r.summary
+    span = ""
+    if s.page_start is not None:
+        last = s.page_end or s.page_start
+        span = f"p. {s.page_start}" if s.page_start == last else f"pp. {s.page_start}-{last}"
+    elif s.line_start is not None:
+        span = place_words(r.document.kind, s.line_start, s.line_end)
+    what = "summary of " + (s.label if s.level != "document" else "the whole document")
+    head = printable(r.document.display_path) if s.level != "collection" else printable(s.label)
+    if s.level == "collection":
+        what = "summary of the collection"
+    return f"{head}, {what}" + (f" ({span})" if span and s.label != span else "")

@@ -342,3 +342,37 @@ def locate(r: RetrievedEvent, start: int, end: int) -> tuple[int | None, int | N
         hi = min(p1, p0 + text.count("\n\n", first, end))
         return lo, max(lo, hi), None, None
     return None, None, None, None
+
+
+# -- evidence sentence by sentence ------------------------------------------------------------------------------------
+
+@dataclass
+class SentenceSupport:
+    """One sentence of an answer and the quotes that support it (ALCE's unit: each sentence is attributed on its
+    own, so a summary is not judged by whether one source sentence says all of it)."""
+
+    sentence: str
+    evidence: list[Evidence]
+    supported: bool
+    coverage: float
+
+    def as_json(self, retrieved: list[RetrievedEvent]) -> dict:
+        return {"sentence": self.sentence, "supported": self.supported, "coverage": self.coverage,
+                "quotes": [{"event_id": retrieved[e.index].event.id, "quote": e.quote, "page": e.page,
+                            "line_start": e.line_start, "line_end": e.line_end} for e in self.evidence]}
+
+
+def support_by_sentence(question: str, answer: str, retrieved: list[RetrievedEvent], max_quotes: int = 2
+                        ) -> list[SentenceSupport]:
+    """Each sentence of `answer` with the (at most `max_quotes`) source sentences holding most of its own words;
+    supported when they hold at least SUPPORT_THRESHOLD of them. A sentence adding no word to the question (a
+    restatement) is shown without quotes and not counted either way."""
+    out = []
+    for span in split_sentences(answer):
+        sentence = readable(span.text)
+        if not content_words(sentence) - content_words(question):
+            continue
+        found = support(question, sentence, retrieved, max_quotes)
+        out.append(SentenceSupport(sentence, found.evidence if found.supported else [], found.supported,
+                                   found.coverage))
+    return out

@@ -33,6 +33,9 @@ class RetrievedEvent:
     # The place to cite when the question named a section this event spans but does not mostly hold (set by the
     # workspace from the question's scope); None: the event's own stored section.
     cited_section: dict | None = None
+    # A summary of the map read as a source (summary_sources.py; store/summaries.py's SummaryRecord), not an event:
+    # its `event` is a stand-in holding the summary's text, with a negative id.
+    summary: object | None = None
 
     @property
     def section(self) -> dict | None:

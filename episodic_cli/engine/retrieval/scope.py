@@ -46,6 +46,11 @@ _KEYWORD_AFTER_RE = re.compile(r"`?\b(?P<sym>[A-Za-z_]\w*)`?\s+(?:class|function
 # Identifiers by their shape: snake_case with an underscore inside, or camelCase / CamelCase with an inner capital.
 _IDENT_RE = re.compile(r"\b(?P<sym>[a-z]\w*_\w*[a-z0-9]|[a-z]+[A-Z]\w*|[A-Z][a-z0-9]+[A-Z]\w*)\b")
 _NOT_SYMBOLS = frozenset("e.g i.e etc.al vs".split())
+# "the cache module", "module `cache`", "the utils package": a file named so (cache.py, cache/__init__.py, cache.rs).
+_MODULE_RE = re.compile(r"\b(?:the\s+)?`?(?P<a>[A-Za-z_][\w.]*)`?\s+(?:module|package|file)\b"
+                        r"|\b(?:module|package)\s+`?(?P<b>[A-Za-z_][\w.]*)`?", re.I)
+_NOT_MODULES = frozenset("this that which each every a an the its main whole same other one python code source "
+                         "test config".split())
 
 
 @dataclass
@@ -102,6 +107,14 @@ def parse(question: str) -> Scope:
     files = set()
     for m in _FILE_RE.finditer(question):
         _add(scope.files, m.group("file"))
+        files.add(m.span())
+    for m in _MODULE_RE.finditer(question):
+        name = m.group("a") or m.group("b")
+        if name.lower() in _NOT_MODULES or name.lower() in STOP_WORDS or any(a <= m.start() < b for a, b in files):
+            continue
+        path = name.replace(".", "/")
+        for glob in (f"{path}.*", f"*{path}/__init__.py", f"*{path}/mod.rs", f"*{path}/index.*"):
+            _add(scope.files, glob)
         files.add(m.span())
     for m in _DOTTED_RE.finditer(question):
         if any(a <= m.start() < b for a, b in files) or m.group("sym").lower() in _NOT_SYMBOLS:

@@ -1,0 +1,45 @@
+"""Follow-ups in a conversation ("and how big is it on disk?") retrieved as the standalone question they mean: the
+answer model rewrites them from the conversation (condense-question, as LangChain's history-aware retriever and
+LlamaIndex's CondenseQuestionChatEngine do). The rewrite is only searched for; the model answers the question as
+asked, with the conversation, and the user sees the rewrite (a drifted rewrite is visible, not silent).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..llama.backend import LlamaModel, LlamaSession
+from ..prompt import MAX_QUESTION_CHARS, condense_messages
+
+CONDENSE_CONTEXT = 2048  # the conversation's last turns and the follow-up; longer turns are cut from the front
+CONDENSE_TOKENS = 64     # a question, not an answer
+TURN_CHARS = 600         # of each earlier turn, the end is what a follow-up refers back to least: keep its start
+
+
+class Condenser:
+    """Rewrites follow-ups with its own small context, so the answer context's cached blocks stay as they are."""
+
+    def __init__(self, model: LlamaModel, n_threads: int | None = None):
+        self.model = model
+        self.session = LlamaSession(model, n_ctx=min(CONDENSE_CONTEXT, model.info.n_ctx_train), n_threads=n_threads)
+
+    def rewrite(self, history: list[dict[str, str]], follow_up: str) -> str:
+        """The standalone question ("" when the model writes none)."""
+        turns = [{"role": m["role"], "content": m["content"][:TURN_CHARS]} for m in history]
+        prompt = self.model.apply_chat_template(condense_messages(turns, follow_up))
+        tokens = self.model.tokenize(prompt, special=True)
+        room = self.session.n_ctx - CONDENSE_TOKENS
+        if len(tokens) > room:
+            tokens = np.asarray(tokens[len(tokens) - room:])
+        self.session.clear()
+        pos = self.session.prefill(np.asarray(tokens, dtype=np.int32))
+        text = ""
+        for piece in self.session.generate(pos, CONDENSE_TOKENS, lambda: "\n" in text):
+            text += piece
+        line = text.strip().split("\n")[0].strip().strip('"').strip()
+        for prefix in ("Standalone question:", "Rewritten question:", "Question:"):
+            if line.lower().startswith(prefix.lower()):
+                line = line[len(prefix):].strip()
+        return line[:MAX_QUESTION_CHARS]
+
+    def close(self) -> None:
+        self.session.close()

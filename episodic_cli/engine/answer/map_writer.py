@@ -1,0 +1,318 @@
+"""The map (`epi map`, and `epi ingest` after the blocks): the answer model summarises each part of each document
+from that part's KV blocks, then each document from its parts' summaries, then each collection (the documents
+under one folder) from its documents' summaries. RAPTOR's tree, with the documents' own structure as the tree:
+chapters, sections and files are better clusters than embeddings for books, manuals and code.
+
+- A part is a top-level chapter or section (the second level when one heading spans the whole document, as a
+  README's title does), the text before the first heading, or a code file whole. A document with no structure is
+  cut into parts of about PART_TOKENS.
+- A part longer than what the answer context holds is read in chunks, each summarised (stored too: they stand in
+  for what a whole-scope answer cannot read), and the part is summarised from them.
+- Resumable: a summary whose key exists and whose content hash matches the document is not written again, so a
+  killed `epi map` goes on where it stopped and nothing is summarised twice.
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ...store import DocumentRecord, EventRecord, Store
+from ...store.summaries import (COLLECTION, DOCUMENT, PART, SummaryRecord, collection_key, collection_sha,
+                                document_key, part_key)
+from ..budgets import MAP_PART_TOKENS, SUMMARY_TOKENS
+from ..documents.structure import CODE_KINDS, decode as decode_section, describe_node
+from ..prompt import collection_summary_request, document_summary_request, part_summary_request
+from ..retrieval.retrieve import RetrievedEvent
+from .kv_mode import KVModeAnswerer
+from .records import Answer
+from ..retrieval.summary_sources import summary_event
+
+CODE_DOCUMENT_KINDS = frozenset({"code"})
+
+
+@dataclass
+class MapPart:
+    document: DocumentRecord
+    path: list | None        # the section path the part is (None: the whole document, or text before any heading)
+    label: str               # 'ch. 3 "The Betrayal"', 'lines 1-40'
+    events: list[EventRecord]
+    chunk: int | None = None  # the chunk's number within its part, when the part is read in chunks
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(e.token_end - e.token_start for e in self.events)
+
+    @property
+    def key(self) -> str:
+        path = list(self.path or [])
+        if self.chunk is not None:
+            path = [*path, ["chunk", str(self.chunk), ""]]
+        elif self.path is None and self.events:
+            path = [["span", str(self.events[0].ordinal), str(self.events[-1].ordinal)]]
+        return part_key(self.document.id, path)
+
+
+@dataclass
+class MapProgress:
+    """How far a map run is: tokens of parts summarised against tokens to summarise, and summaries written."""
+
+    tokens_done: int = 0
+    tokens_total: int = 0
+    written: int = 0
+    skipped: int = 0   # present already (a resumed run)
+    seconds: float = 0.0
+    stopped: str | None = None
+    per_level: dict = field(default_factory=lambda: {PART: 0, DOCUMENT: 0, COLLECTION: 0})
+
+    def as_json(self) -> dict:
+        return {**self.__dict__, "seconds": round(self.seconds, 1)}
+
+
+def _top_node(ev: EventRecord, depth: int) -> list | None:
+    section = decode_section(ev.section)
+    path = (section or {}).get("path") or []
+    prose = [n for n in path if n[0] not in CODE_KINDS]
+    return prose[:depth] or None
+
+
+def _span_label(events: list[EventRecord], kind: str) -> str:
+    first, last = events[0], events[-1]
+    if first.page_start is not None:
+        a, b = first.page_start, last.page_end or last.page_start
+        return f"p. {a}" if a == b else f"pp. {a}-{b}"
+    if first.line_start is not None:
+        a, b = first.line_start, last.line_end or last.line_start
+        word = "¶" if kind in ("epub", "html", "docx") else "lines"
+        return f"{word} {a}-{b}"
+    return f"events {first.ordinal}-{last.ordinal}"
+
+
+def plan_parts(document: DocumentRecord, events: list[EventRecord], room: int) -> list[MapPart]:
+    """The parts of one document to summarise, in order; a part over `room` tokens is returned as its chunks."""
+    if not events:
+        return []
+    if document.kind in CODE_DOCUMENT_KINDS:
+        groups = [(None, events)]
+    else:
+        depth = 1
+        tops = {str(_top_node(e, 1)) for e in events if _top_node(e, 1)}
+        if len(tops) == 1 and any(_top_node(e, 2) and len(_top_node(e, 2)) == 2 for e in events):
+            depth = 2  # one title over everything (a README's "# name"): its sections are the parts
+        groups: list[tuple[list | None, list[EventRecord]]] = []
+        for e in events:
+            node = _top_node(e, depth)
+            if groups and groups[-1][0] == node:
+                groups[-1][1].append(e)
+            else:
+                groups.append((node, [e]))
+        if all(node is None for node, _ in groups):  # no structure: parts of about MAP_PART_TOKENS
+            groups = []
+            for e in events:
+                if not groups or sum(x.token_end - x.token_start for x in groups[-1][1]) >= MAP_PART_TOKENS:
+                    groups.append((None, []))
+                groups[-1][1].append(e)
+    parts = []
+    for path, evs in groups:
+        label = ", ".join(describe_node(n) for n in path) if path else _span_label(evs, document.kind)
+        part = MapPart(document, path, label, evs)
+        if part.n_tokens <= room:
+            parts.append(part)
+            continue
+        chunk: list[EventRecord] = []
+        n = 0
+        for e in evs:
+            size = e.token_end - e.token_start
+            if chunk and n + size > room:
+                parts.append(MapPart(document, path, f"{label} ({_span_label(chunk, document.kind)})", chunk,
+                                     chunk=len([p for p in parts if p.path == path and p.chunk is not None]) + 1))
+                chunk, n = [], 0
+            chunk.append(e)
+            n += size
+        if chunk:
+            parts.append(MapPart(document, path, f"{label} ({_span_label(chunk, document.kind)})", chunk,
+                                 chunk=len([p for p in parts if p.path == path and p.chunk is not None]) + 1))
+    return parts
+
+
+def collection_of(document: DocumentRecord) -> str | None:
+    """The folder a document was ingested under (its display path's first folder), None for a lone file."""
+    head, sep, _ = document.display_path.partition("/")
+    return head + "/" if sep else None
+
+
+class MapWriter:
+    """Writes the map of a store with one answer model. `embed(text)` gives a summary's vector."""
+
+    def __init__(self, store: Store, answerer: KVModeAnswerer, model_name: str, embed: Callable,
+                 room: int, should_stop: Callable[[], bool] | None = None):
+        self.store = store
+        self.shelf = store.summaries()
+        self.answerer = answerer
+        self.model_name = model_name
+        self.embed = embed
+        self.room = room
+        self.should_stop = should_stop or (lambda: False)
+
+    def plan(self, documents: list[DocumentRecord]) -> list[MapPart]:
+        return [p for d in documents if d.status == "complete" for p in plan_parts(d, self.store.events_of(d.id),
+                                                                                  self.room)]
+
+    def _fresh(self, key: str, sha: str) -> bool:
+        old = self.shelf.get(key)
+        return old is not None and old.content_sha256 == sha and old.model == self.model_name
+
+    def run(self, documents: list[DocumentRecord] | None = None,
+            progress: Callable[[MapProgress], None] | None = None) -> MapProgress:
+        documents = [d for d in (documents or self.store.documents()) if d.status == "complete"]
+        parts = self.plan(documents)
+        state = MapProgress(tokens_total=sum(p.n_tokens for p in parts))
+        started = time.perf_counter()
+        report = (lambda: progress(state)) if progress else (lambda: None)
+        report()
+        by_doc: dict[int, list[MapPart]] = {}
+        for p in parts:
+            by_doc.setdefault(p.document.id, []).append(p)
+        try:
+            for doc in documents:
+                doc_parts = by_doc.get(doc.id, [])
+                for p in doc_parts:
+                    if not self._fresh(p.key, doc.content_sha256):
+                        self._write_part(p)
+                        state.written += 1
+                        state.per_level[PART] += 1
+                    else:
+                        state.skipped += 1
+                    state.tokens_done += p.n_tokens
+                    report()
+                    if self.should_stop():
+                        state.stopped = "interrupted"
+                        return state
+                self._write_chunked_parts(doc, doc_parts, state)
+                if self._write_document(doc, doc_parts):
+                    state.written += 1
+                    state.per_level[DOCUMENT] += 1
+                report()
+            for folder, members in self._collections(self.store.documents()).items():
+                if self.should_stop():
+                    state.stopped = "interrupted"
+                    return state
+                if self._write_collection(folder, members):
+                    state.written += 1
+                    state.per_level[COLLECTION] += 1
+                report()
+        finally:
+            state.seconds = time.perf_counter() - started
+        return state
+
+    # -- writing --------------------------------------------------------------------------------------------------
+
+    def _generate(self, request: str, retrieved: list[RetrievedEvent]) -> str:
+        answer = Answer()
+        for _ in self.answerer.stream(request, retrieved, None, time.perf_counter(), answer,
+                                      max_tokens=SUMMARY_TOKENS, should_stop=self.should_stop):
+            pass
+        return " ".join(answer.text.split())
+
+    def _record(self, level: str, key: str, label: str, text: str, sha: str, doc: DocumentRecord | None,
+                events: list[EventRecord] | None, n_tokens: int) -> None:
+        first, last = (events[0], events[-1]) if events else (None, None)
+        self.shelf.put(SummaryRecord(
+            level=level, key=key, label=label, text=text, model=self.model_name, content_sha256=sha,
+            n_tokens=n_tokens, document_id=None if doc is None else doc.id,
+            first_ordinal=None if first is None else first.ordinal, last_ordinal=None if last is None else last.ordinal,
+            page_start=None if first is None else first.page_start, page_end=None if last is None else last.page_end,
+            line_start=None if first is None else first.line_start, line_end=None if last is None else last.line_end,
+            embedding=self.embed(f"{label}: {text}")), place=f"{doc.display_path if doc else ''}")
+
+    def _write_part(self, part: MapPart) -> None:
+        """A part (or a chunk of one) from its events' KV blocks, in document order."""
+        retrieved = [RetrievedEvent(e, part.document, None, None) for e in part.events]
+        text = self._generate(part_summary_request(part.label, part.document.display_path,
+                                                   part.document.kind in CODE_DOCUMENT_KINDS), retrieved)
+        if text:
+            self._record(PART, part.key, part.label, text, part.document.content_sha256, part.document, part.events,
+                         part.n_tokens)
+
+    def _write_chunked_parts(self, doc: DocumentRecord, parts: list[MapPart], state: MapProgress) -> None:
+        """A part read in chunks gets a summary of its own, from its chunks' summaries."""
+        chunked: dict[str, list[MapPart]] = {}
+        for p in parts:
+            if p.chunk is not None:
+                chunked.setdefault(str(p.path), []).append(p)
+        for chunks in chunked.values():
+            whole = MapPart(doc, chunks[0].path, chunks[0].label.rsplit(" (", 1)[0],
+                            [e for c in chunks for e in c.events])
+            if self._fresh(whole.key, doc.content_sha256):
+                continue
+            summaries = [s for s in (self.shelf.get(c.key) for c in chunks) if s is not None]
+            if not summaries:
+                continue
+            text = self._from_summaries(part_summary_request(whole.label, doc.display_path,
+                                                             doc.kind in CODE_DOCUMENT_KINDS), doc, summaries)
+            if text:
+                self._record(PART, whole.key, whole.label, text, doc.content_sha256, doc, whole.events, whole.n_tokens)
+                state.written += 1
+                state.per_level[PART] += 1
+
+    def _from_summaries(self, request: str, doc: DocumentRecord | None, summaries: list[SummaryRecord]) -> str:
+        return self._generate(request, [summary_event(s, doc) for s in summaries])
+
+    def _write_document(self, doc: DocumentRecord, parts: list[MapPart]) -> bool:
+        key = document_key(doc.id)
+        if self._fresh(key, doc.content_sha256):
+            return False
+        wholes = [p for p in parts if p.chunk is None]
+        if len(wholes) == 1 and not any(p.chunk is not None for p in parts):
+            only = self.shelf.get(wholes[0].key)  # one part: the document's summary is that part's
+            if only is None:
+                return False
+            text = only.text
+        else:
+            keys = list(dict.fromkeys(p.key if p.chunk is None else
+                                      MapPart(doc, p.path, "", []).key for p in parts))
+            summaries = [s for s in (self.shelf.get(k) for k in keys) if s is not None]
+            if not summaries:
+                return False
+            summaries = self._fit(summaries)
+            text = self._from_summaries(document_summary_request(doc.display_path, doc.kind in CODE_DOCUMENT_KINDS),
+                                        doc, summaries)
+        if not text:
+            return False
+        events = self.store.events_of(doc.id)
+        self._record(DOCUMENT, key, os.path.basename(doc.display_path) or doc.display_path, text, doc.content_sha256,
+                     doc, events, doc.n_tokens)
+        return True
+
+    def _fit(self, summaries: list[SummaryRecord]) -> list[SummaryRecord]:
+        """As many summaries as the answer context holds (about 4 characters a token), evenly spread if not all."""
+        budget = self.room * 4
+        if sum(len(s.text) + len(s.label) + 4 for s in summaries) <= budget:
+            return summaries
+        n = max(1, budget // max(1, max(len(s.text) + len(s.label) + 4 for s in summaries)))
+        step = len(summaries) / n
+        return [summaries[int(i * step)] for i in range(n)]
+
+    @staticmethod
+    def _collections(documents: list[DocumentRecord]) -> dict[str, list[DocumentRecord]]:
+        out: dict[str, list[DocumentRecord]] = {}
+        for d in documents:
+            folder = collection_of(d)
+            if folder is not None and d.status == "complete":
+                out.setdefault(folder, []).append(d)
+        return {f: m for f, m in out.items() if len(m) > 1}
+
+    def _write_collection(self, folder: str, members: list[DocumentRecord]) -> bool:
+        key = collection_key(folder)
+        sha = collection_sha([d.content_sha256 for d in members])
+        if self._fresh(key, sha):
+            return False
+        summaries = [s for s in (self.shelf.get(document_key(d.id)) for d in members) if s is not None]
+        if not summaries:
+            return False
+        text = self._from_summaries(collection_summary_request(folder), None, self._fit(summaries))
+        if not text:
+            return False
+        self._record(COLLECTION, key, folder, text, sha, None, None, sum(d.n_tokens for d in members))
+        return True

@@ -1,0 +1,65 @@
+"""What kind of question this is, which decides how much of the archive an answer reads:
+
+- `lookup`: a fact somewhere ("which option shows the mode?"): the k best events and their neighbours;
+- `whole`: a question about a named part as a whole ("summarise chapter 10", "who betrayed whom in chapter 3",
+  "what does the cache module do", "how does Cache.get work"): that part read whole, in document order;
+- `overview`: a question about a document or the archive as a whole with no part named ("what is this book about",
+  "what does this library do", "who are the main characters"): the map's summaries (engine/answer/map_writer.py).
+
+The rule is a list of phrasings written from how people ask (the issue's examples and the research notes), fixed
+before any held-out whole-scope question was read; docs/heldout.md reports it on sets not used to choose it.
+Plain engine module: no model, no store.
+"""
+from __future__ import annotations
+
+import re
+from enum import Enum
+
+from .scope import Scope, parse
+
+
+class QuestionKind(str, Enum):
+    LOOKUP = "lookup"
+    WHOLE = "whole"
+    OVERVIEW = "overview"
+
+
+# Asking about a part as a whole: its summary, its events, its people's acts, its purpose or workings.
+_WHOLE_RE = re.compile(
+    r"\bsummar(?:y|ies|ise|ize|ised|ized|ising|izing)\b|\brecap\b|\bgist\b|\boverview\b|\boutline\b|\btl;?dr\b"
+    r"|\bwhat\s+(?:happens|happened|goes\s+on|went\s+on|takes\s+place|took\s+place)\b"
+    r"|\bwhat\s+(?:is|was|are|were)\b.{0,60}\babout\b"
+    r"|\bmain\s+(?:points?|ideas?|themes?|characters?|events?|topics?|people|figures|parts?|steps?)\b"
+    r"|\bkey\s+(?:points?|ideas?|events?|takeaways?|steps?)\b"
+    r"|\bwho\b.{1,40}\b(?:whom|who)\b|\bwho\s+(?:does|did)\s+what\b"
+    r"|\bhow\s+(?:does|do|did|is|are)\b.{1,80}\b(?:work|works|function|handled?|implemented|decided?|chosen)\b"
+    r"|\bhow\s+does\b.{1,60}\bdecide\b"
+    r"|\bwhat\s+(?:does|do)\b.{1,60}\b(?:do|does|provide|contain|define|offer)\s*\??$"
+    r"|\bwhat\s+(?:is|are)\b.{1,60}\b(?:for|used\s+for)\s*\??$|\bpurpose\b|\bresponsib"
+    r"|\bdescribe\b|\bexplain\b|\bwalk\s+me\s+through\b|\btell\s+me\s+about\b|\bin\s+(?:brief|short)\b",
+    re.I | re.S)
+
+# A document or the archive as a whole, with no part named: "this book", "the library", "the archive".
+_WHOLE_THING = (r"(?:this|the|these|my|our)\s+(?:whole\s+|entire\s+)?(?:book|novel|story|text|document|documents|"
+                r"manual|guide|paper|report|library|package|project|codebase|code\s*base|code|repo|repository|"
+                r"program|tool|module|modules|archive|collection|files|store|sources?)")
+_OVERVIEW_RE = re.compile(
+    rf"\b(?:what\s+(?:is|are)\s+{_WHOLE_THING}\s+(?:about|for)\b"
+    rf"|what\s+(?:does|do)\s+{_WHOLE_THING}\s+(?:do|provide|offer|contain|cover)\b"
+    rf"|summar\w*\s+(?:of\s+)?{_WHOLE_THING}\b|overview\s+of\s+{_WHOLE_THING}\b"
+    rf"|what(?:'s|\s+is)\s+in\s+{_WHOLE_THING}\b|{_WHOLE_THING}\s+(?:is|are)\s+about\b"
+    r"|who\s+(?:is|are)\s+the\s+(?:main|major|central|principal)\s+(?:characters?|people|figures|protagonists?)\b"
+    r"|main\s+(?:characters?|themes?|ideas?|topics?)\b"
+    r"|what\s+(?:is|are)\s+(?:it|they)\s+about\b|what\s+(?:does|do)\s+(?:it|they)\s+do\s*\??$)",
+    re.I)
+
+
+def classify(question: str, scope: Scope | None = None) -> QuestionKind:
+    """The kind of `question` (its parsed scope may be passed in when already at hand)."""
+    scope = scope or parse(question)
+    names_part = scope.structural or bool(scope.files) or bool(scope.symbols)
+    if names_part and _WHOLE_RE.search(question):
+        return QuestionKind.WHOLE
+    if not scope.structural and not scope.files and _OVERVIEW_RE.search(question):
+        return QuestionKind.OVERVIEW
+    return QuestionKind.LOOKUP

@@ -1,0 +1,111 @@
+"""Reading a named part whole (a chapter, a section, a page range, a file, a class or function): its events in
+document order, as far as the answer context holds. When it does not fit, the events that match the question best
+are read (still in document order) and the map's summaries of the parts left out stand in for them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...store import Store
+from ...store.summaries import PART, SummaryRecord
+from .retrieve import RetrievedEvent, fuse
+from .summary_sources import summary_event
+
+STAND_IN_SHARE = 4  # summaries standing in for unread parts take at most 1/4 of the room
+
+
+@dataclass
+class ScopeReading:
+    events: list[RetrievedEvent]                 # what the answer reads, in document order (stand-ins included)
+    scope_tokens: int                            # tokens of the whole scope
+    read_tokens: int                             # of those, read from the events themselves
+    stand_ins: list[SummaryRecord] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return self.read_tokens >= self.scope_tokens
+
+    def described(self, what: str) -> str:
+        """"read all of ch. 12, 7,930 tokens" or "read 9,100 of 14,200 tokens of ch. 12, and 3 summaries"."""
+        if self.complete:
+            return f"read all of {what}, {self.scope_tokens:,} tokens"
+        extra = f", and {len(self.stand_ins)} summar{'y' if len(self.stand_ins) == 1 else 'ies'} of the rest" \
+            if self.stand_ins else ""
+        return f"read {self.read_tokens:,} of {self.scope_tokens:,} tokens of {what}{extra}"
+
+
+def read_scope(store: Store, ids: set[int], query: np.ndarray, text: str, room: int,
+               tokens_of=None) -> ScopeReading:
+    """The events `ids` whole if they fit `room` tokens, else the best-matching of them and stand-in summaries.
+    `tokens_of(text)`: a summary's length in the answer model's tokens."""
+    events = store.get_events(sorted(ids), [])
+    docs = {}
+    for e in events:
+        if e.document_id not in docs:
+            docs[e.document_id] = store.get_document(e.document_id)
+    items = sorted((RetrievedEvent(e, docs[e.document_id], None, None) for e in events),
+                   key=lambda r: (r.document.display_path, r.event.ordinal))
+    total = sum(r.n_tokens for r in items)
+    if total <= room:
+        return ScopeReading(items, total, total)
+    ranking = fuse([store.search_dense(query, len(ids), within=ids), store.search_lexical(text, len(ids), within=ids)])
+    rank = {i: n for n, (i, _) in enumerate(ranking)}
+    by_rank = sorted(items, key=lambda r: rank.get(r.event.id, len(rank)))
+    own_room = room - room // STAND_IN_SHARE
+    chosen, used = set(), 0
+    for r in by_rank:
+        if used + r.n_tokens <= own_room:
+            chosen.add(r.event.id)
+            used += r.n_tokens
+    if not chosen and by_rank:  # one event longer than the room: the best is read anyway (the context still holds it)
+        chosen.add(by_rank[0].event.id)
+        used = by_rank[0].n_tokens
+    left = [r for r in items if r.event.id not in chosen]
+    stand_ins = _stand_ins(store, items, left, room - used, tokens_of)
+    read = [r for r in items if r.event.id in chosen]
+    for s, n in stand_ins:
+        read.append(summary_event(s, docs.get(s.document_id), n))
+    read.sort(key=lambda r: (r.document.display_path,
+                             r.event.ordinal if r.summary is None else r.summary.first_ordinal, r.summary is None))
+    for r in read:  # ranked events count as hits, so evidence and citations treat them as read for the question
+        if r.summary is None and r.event.id in rank:
+            r.score, r.rank = -rank[r.event.id], rank[r.event.id]
+    return ScopeReading(read, total, used, [s for s, _ in stand_ins])
+
+
+def _stand_ins(store: Store, items: list[RetrievedEvent], left: list[RetrievedEvent], room: int, tokens_of
+               ) -> list[tuple[SummaryRecord, int]]:
+    """Part (and chunk) summaries inside the scope that cover unread events, those covering most unread events
+    first, within `room` tokens."""
+    if not left:
+        return []
+    unread: dict[int, set[int]] = {}
+    for r in left:
+        unread.setdefault(r.document.id, set()).add(r.event.ordinal)
+    candidates = []
+    for doc_id, ordinals in unread.items():
+        doc = left[0].document if left[0].document.id == doc_id else store.get_document(doc_id)
+        for s in store.summaries().of_document(doc_id):
+            if s.level != PART or s.first_ordinal is None or s.content_sha256 != doc.content_sha256:
+                continue
+            covered = set(range(s.first_ordinal, s.last_ordinal + 1))
+            if covered & ordinals and covered <= _all_ordinals(items, doc_id):
+                candidates.append((len(covered & ordinals), -len(covered), s))
+    chosen: list[tuple[SummaryRecord, int]] = []
+    done: set[tuple[int, int]] = set()
+    for _, _, s in sorted(candidates, key=lambda c: (-c[0], c[1])):
+        span = set((s.document_id, o) for o in range(s.first_ordinal, s.last_ordinal + 1))
+        if span <= done:
+            continue
+        n = tokens_of(f"{s.label}: {s.text}") if tokens_of else len(s.text) // 4
+        if n <= room:
+            chosen.append((s, n))
+            room -= n
+            done |= span
+    return chosen
+
+
+def _all_ordinals(items: list[RetrievedEvent], doc_id: int) -> set[int]:
+    return {r.event.ordinal for r in items if r.document.id == doc_id}
