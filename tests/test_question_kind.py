@@ -37,3 +37,22 @@ def test_a_module_named_in_words_is_a_file_scope():
     scope = parse("What does the platformdirs.unix module do?")
     assert "platformdirs/unix.*" in scope.files and "*platformdirs/unix/__init__.py" in scope.files
     assert parse("what does this module do?").files == []
+
+
+@pytest.mark.parametrize("question", [
+    "In chapter 10 of the Rust book, which later chapter does the summary say discusses trait objects?",
+    "In chapter 8, a summary exercise asks you to return the median and which other value?",
+])
+def test_summary_as_a_noun_in_a_lookup_is_a_lookup(question):
+    assert classify(question) is LOOKUP
+
+
+def test_no_lookup_question_of_the_heldout_sets_reads_whole():
+    """The lookup sets (bench/heldout/*.json) are answered as before: none of them is taken for a whole question."""
+    import json
+    from pathlib import Path
+
+    sets = Path(__file__).resolve().parent.parent / "bench" / "heldout"
+    questions = [q["question"] for p in sets.glob("*.json") for q in json.loads(p.read_text())["questions"]]
+    assert len(questions) > 100
+    assert [q for q in questions if classify(q) is not LOOKUP] == []
