@@ -56,3 +56,11 @@ def test_no_lookup_question_of_the_heldout_sets_reads_whole():
     questions = [q["question"] for p in sets.glob("*.json") for q in json.loads(p.read_text())["questions"]]
     assert len(questions) > 100
     assert [q for q in questions if classify(q) is not LOOKUP] == []
+
+
+@pytest.mark.parametrize("question", [
+    "How does it decide whether to store a value in the database or in a file?",
+    "Explain how retries back off.",
+])
+def test_asked_as_a_whole_with_no_part_named_is_an_explanation(question):
+    assert classify(question) is QuestionKind.EXPLAIN

@@ -60,6 +60,16 @@ def test_a_chapter_question_reads_the_whole_chapter_in_order(book_store):
     assert all(set(s) >= {"sentence", "supported", "quotes"} for s in answer["sentences"])
 
 
+def test_an_explanation_reads_the_section_its_best_passage_sits_in(book_store):
+    store, _ = book_store
+    result = runner.invoke(app, ["ask", "Explain how the miller Oskar Brandt betrayed his brother.", "--store",
+                                 str(store), "--json"])
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.stdout)
+    assert answer["kind"] == "explain"
+    assert set(_chapter_events(store, 2)) <= {s["event_id"] for s in answer["sources"]}
+
+
 def test_a_lookup_still_reads_a_few_events(book_store):
     store, _ = book_store
     result = runner.invoke(app, ["ask", "Which brother did Oskar Brandt betray?", "--store", str(store), "--json"])

@@ -5,6 +5,8 @@ it behind, so the sink belongs to neither of them.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from .errors import EpiError
@@ -107,11 +109,19 @@ def sink_tokens(model: LlamaModel) -> np.ndarray:
 # behind it, so whatever a kind of question needs besides is said here.
 
 def whole_scope_request(question: str, described: str, complete: bool, code: bool) -> str:
-    """A question about a part as a whole, with what the sources are (all of it, or parts and summaries)."""
+    """A question about a part as a whole, with what the sources are (all of it, or parts and summaries) and what a
+    whole answer should cover for this kind of question."""
     what = f"all of {described}, in order" if complete else (
         f"the parts of {described} that match the question best, in order, and summaries of the rest")
-    focus = ("what it is for, its main functions or classes, and how they work together" if code else
-             "the people, what each of them does and to whom, in the order it happens")
+    lowered = question.lower()
+    if re.search(r"\bhow\b|\bwhy\b|\bexplain|\bdecide|\bwork", lowered):
+        focus = "how it works, step by step, with the conditions and values that decide each step"
+    elif re.search(r"\bwho\b|\bwhom\b|\bcharacters?\b|\bpeople\b", lowered) or not code and "happen" in lowered:
+        focus = "the people, what each of them does and to whom, in the order it happens"
+    elif code:
+        focus = "what it is for, its main functions or classes, and how they work together"
+    else:
+        focus = "what happens or what it explains, in order, naming who and what is involved"
     return (f"{question}\n\n(The sources are {what}. Answer from the whole of them, not only the last one, in a few "
             f"sentences: {focus}. Use the names exactly as the sources write them.)")
 

@@ -49,7 +49,7 @@ from .retrieval.question_kind import QuestionKind, classify
 from .retrieval.scope import parse as parse_question_scope
 from .retrieval.summary_sources import overview as overview_summaries
 from .retrieval.summary_sources import summary_sources
-from .retrieval.whole_scope import ScopeReading, read_scope
+from .retrieval.whole_scope import enclosing, read_scope
 
 MODES = ("text", "kv")
 LAYERED_UNAVAILABLE = ("--layered needs epi's patched llama.cpp, and this llama-cpp-python lacks the patch: run "
@@ -426,6 +426,16 @@ class Workspace:
             found = self._ask_overview(store, question, search, scope, mode, history, started, should_stop, docs)
             if found is not None:
                 return found
+        elif kind is QuestionKind.EXPLAIN:
+            hits = self.retrieve(store, search, k, neighbours, scope=scope)
+            if hits:
+                wider = Restriction(allowed=enclosing(store, hits), described="the definitions or sections the best "
+                                    "passages sit in", query=scope.query)
+                found = self._ask_whole(store, question, search, wider, mode, history, started, should_stop,
+                                        kind=QuestionKind.EXPLAIN)
+                if found is not None:
+                    found[0].scope = scope
+                    return found
         # The sources are cut to the room the question leaves (the best hit is always read: room_beside keeps one)
         room = min(EVIDENCE_BUDGET, self.room_beside(question, history))
         retrieved = relevance_order(self.retrieve(store, search, k, neighbours, scope=scope,  # the order read
@@ -473,8 +483,8 @@ class Workspace:
         return self.whole_context - WHOLE_ANSWER_TOKENS - max(QUESTION_ROOM, asked + PROMPT_OVERHEAD)
 
     def _ask_whole(self, store: Store, question: str, search: str, scope: Restriction, mode: str,
-                   history: list[dict[str, str]] | None, started: float, should_stop: Callable[[], bool] | None
-                   ) -> tuple[AskResult, Iterator[str]] | None:
+                   history: list[dict[str, str]] | None, started: float, should_stop: Callable[[], bool] | None,
+                   kind: QuestionKind = QuestionKind.WHOLE) -> tuple[AskResult, Iterator[str]] | None:
         """A question about a named part as a whole: the part read in document order from its blocks, as far as the
         whole-scope context holds (engine/retrieval/whole_scope.py). None when the question names no part that
         resolved to events (it is then answered as a lookup)."""
@@ -497,7 +507,7 @@ class Workspace:
         store.note_retrieved([r.event.id for r in retrieved if r.summary is None])
         answer = Answer()
         answer.timings.retrieve_s = time.perf_counter() - started
-        result = AskResult(question, mode, retrieved, answer, scope, kind=QuestionKind.WHOLE,
+        result = AskResult(question, mode, retrieved, answer, scope, kind=kind,
                            reading=reading.described(what), search=search if search != question else None)
         answerer = self.answerer(mode, store, whole=True)
         stream = answerer.stream(request, retrieved, history, started, answer, max_tokens=WHOLE_ANSWER_TOKENS,

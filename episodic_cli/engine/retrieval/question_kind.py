@@ -4,7 +4,10 @@
 - `whole`: a question about a named part as a whole ("summarise chapter 10", "who betrayed whom in chapter 3",
   "what does the cache module do", "how does Cache.get work"): that part read whole, in document order;
 - `overview`: a question about a document or the archive as a whole with no part named ("what is this book about",
-  "what does this library do", "who are the main characters"): the map's summaries (engine/answer/map_writer.py).
+  "what does this library do", "who are the main characters"): the map's summaries (engine/answer/map_writer.py);
+- `explain`: asked as a whole but with no part named ("how does it decide whether to store a value in a file?",
+  "explain how retries back off"): found like a lookup, then the definitions or sections its best passages sit in
+  are read whole (engine/retrieval/whole_scope.py, `enclosing`).
 
 The rule is a list of phrasings written from how people ask (the issue's examples and the research notes), fixed
 before any held-out whole-scope question was read; docs/heldout.md reports it on sets not used to choose it. One
@@ -24,6 +27,7 @@ class QuestionKind(str, Enum):
     LOOKUP = "lookup"
     WHOLE = "whole"
     OVERVIEW = "overview"
+    EXPLAIN = "explain"
 
 
 # Asking about a part as a whole: its summary, its events, its people's acts, its purpose or workings.
@@ -67,4 +71,6 @@ def classify(question: str, scope: Scope | None = None) -> QuestionKind:
         return QuestionKind.WHOLE
     if not scope.structural and not scope.files and _OVERVIEW_RE.search(question):
         return QuestionKind.OVERVIEW
+    if not names_part and _WHOLE_RE.search(question):
+        return QuestionKind.EXPLAIN
     return QuestionKind.LOOKUP

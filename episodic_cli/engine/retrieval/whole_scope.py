@@ -109,3 +109,20 @@ def _stand_ins(store: Store, items: list[RetrievedEvent], left: list[RetrievedEv
 
 def _all_ordinals(items: list[RetrievedEvent], doc_id: int) -> set[int]:
     return {r.event.ordinal for r in items if r.document.id == doc_id}
+
+
+def enclosing(store: Store, hits: list[RetrievedEvent], units: int = 2) -> set[int]:
+    """The events of the innermost definitions or sections the best `units` hits sit in (an explanation reads the
+    function or section its answer is in whole, not only the passage that matched), with the hits themselves."""
+    from ..documents.structure import all_paths, decode
+
+    ids = {r.event.id for r in hits}
+    best = sorted((r for r in hits if r.score is not None), key=lambda r: r.rank if r.rank is not None else 1 << 30)
+    for r in best[:units]:
+        path = (decode(r.event.section) or {}).get("path") or []
+        if not path:
+            continue
+        for row in store.event_places([r.document.id]):
+            if any(p[:len(path)] == path for p in all_paths(decode(row[7]))):
+                ids.add(row[0])
+    return ids
