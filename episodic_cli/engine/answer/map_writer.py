@@ -14,6 +14,7 @@ chapters, sections and files are better clusters than embeddings for books, manu
 from __future__ import annotations
 
 import os
+import posixpath
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -136,10 +137,33 @@ def plan_parts(document: DocumentRecord, events: list[EventRecord], room: int) -
     return parts
 
 
-def collection_of(document: DocumentRecord) -> str | None:
-    """The folder a document was ingested under (its display path's first folder), None for a lone file."""
-    head, sep, _ = document.display_path.partition("/")
-    return head + "/" if sep else None
+def short_name(path: str) -> str:
+    """A document as a summary request names it: its file name and folder ("dotenv/cli.py"), not the whole path."""
+    parts = path.replace(os.sep, "/").rstrip("/").split("/")
+    return "/".join(parts[-2:])
+
+
+def collections(documents: list[DocumentRecord]) -> dict[str, list[DocumentRecord]]:
+    """Folder -> its documents, for the collections' summaries: the deepest folder holding every document (what the
+    archive is), and each folder right under it holding two documents or more (a codebase beside a book, say)."""
+    docs = [d for d in documents if d.status == "complete"]
+    if len(docs) < 2:
+        return {}
+    dirs = [posixpath.dirname(d.display_path.replace(os.sep, "/")) for d in docs]
+    try:
+        common = posixpath.commonpath(dirs) if all(x.startswith("/") for x in dirs) or not any(
+            x.startswith("/") for x in dirs) else ""
+    except ValueError:
+        common = ""
+    out = {(common.rstrip("/") + "/") if common else "./": docs}
+    children: dict[str, list[DocumentRecord]] = {}
+    for d, folder in zip(docs, dirs):
+        rest = folder[len(common):].lstrip("/")
+        if rest:
+            child = posixpath.join(common, rest.split("/")[0]) if common else rest.split("/")[0]
+            children.setdefault(child.rstrip("/") + "/", []).append(d)
+    out.update({f: m for f, m in children.items() if len(m) >= 2 and len(m) < len(docs)})
+    return out
 
 
 class MapWriter:
@@ -229,7 +253,7 @@ class MapWriter:
     def _write_part(self, part: MapPart) -> None:
         """A part (or a chunk of one) from its events' KV blocks, in document order."""
         retrieved = [RetrievedEvent(e, part.document, None, None) for e in part.events]
-        text = self._generate(part_summary_request(part.label, part.document.display_path,
+        text = self._generate(part_summary_request(part.label, short_name(part.document.display_path),
                                                    part.document.kind in CODE_DOCUMENT_KINDS), retrieved)
         if text:
             self._record(PART, part.key, part.label, text, part.document.content_sha256, part.document, part.events,
@@ -249,7 +273,7 @@ class MapWriter:
             summaries = [s for s in (self.shelf.get(c.key) for c in chunks) if s is not None]
             if not summaries:
                 continue
-            text = self._from_summaries(part_summary_request(whole.label, doc.display_path,
+            text = self._from_summaries(part_summary_request(whole.label, short_name(doc.display_path),
                                                              doc.kind in CODE_DOCUMENT_KINDS), doc, summaries)
             if text:
                 self._record(PART, whole.key, whole.label, text, doc.content_sha256, doc, whole.events, whole.n_tokens)
@@ -276,7 +300,8 @@ class MapWriter:
             if not summaries:
                 return False
             summaries = self._fit(summaries)
-            text = self._from_summaries(document_summary_request(doc.display_path, doc.kind in CODE_DOCUMENT_KINDS),
+            text = self._from_summaries(document_summary_request(short_name(doc.display_path),
+                                                                 doc.kind in CODE_DOCUMENT_KINDS),
                                         doc, summaries)
         if not text:
             return False
@@ -296,12 +321,7 @@ class MapWriter:
 
     @staticmethod
     def _collections(documents: list[DocumentRecord]) -> dict[str, list[DocumentRecord]]:
-        out: dict[str, list[DocumentRecord]] = {}
-        for d in documents:
-            folder = collection_of(d)
-            if folder is not None and d.status == "complete":
-                out.setdefault(folder, []).append(d)
-        return {f: m for f, m in out.items() if len(m) > 1}
+        return collections(documents)
 
     def _write_collection(self, folder: str, members: list[DocumentRecord]) -> bool:
         key = collection_key(folder)

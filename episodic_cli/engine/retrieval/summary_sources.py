@@ -55,6 +55,7 @@ def overview(store: Store, query: np.ndarray, question: str, char_budget: int,
             document_ids is None or s.document_id in document_ids)
 
     chosen: list[SummaryRecord] = []
+    seen: set[str] = set()
     used = 0
     ranked = {i: rank for rank, (i, _) in enumerate(
         fuse([shelf.search_dense(query, 200), shelf.search_lexical(question, 200)]))}
@@ -64,6 +65,9 @@ def overview(store: Store, query: np.ndarray, question: str, char_budget: int,
             items = [s for s in items if s.id in ranked]
         items.sort(key=lambda s: ranked.get(s.id, len(ranked)))
         for s in items:
+            if s.text in seen:  # a one-part document: its summary is its part's
+                continue
+            seen.add(s.text)
             size = len(s.text) + len(s.label) + 8
             if used + size > char_budget:
                 continue
