@@ -183,3 +183,26 @@ def test_pdf_line_end_hyphenation_is_joined_for_reading_with_exact_offsets():
     support = E.support("What does it read?", "an ASN.1 identifier", [_retrieved(text, page=(4, 4))])
     assert support.evidence[0].quote == "It reads an ASN.1 identifier from the DER stream."
     assert support.evidence[0].page == 4 and support.supported
+
+
+def test_a_paraphrased_sentence_is_supported_by_meaning_and_an_unrelated_one_is_not(engine):
+    """Evidence sentence by sentence: a summary's sentence in other words than its source is supported by the source
+    sentence closest in meaning (the real MiniLM question encoder); a sentence about something else is not."""
+    from episodic_cli.engine.retrieval.evidence import support_by_sentence
+    from episodic_cli.engine.retrieval.retrieve import RetrievedEvent
+    from episodic_cli.store import DocumentRecord, EventRecord
+
+    text = ("The Reader class keeps the input string and the current position while it parses. "
+            "Each binding pairs a key with its value and the original text.")
+    event = EventRecord(ordinal=0, token_start=0, token_end=30, char_start=0, char_end=len(text), page_start=None,
+                        page_end=None, line_start=1, line_end=2, surprise_mean=0.0, surprise_max=0.0, text=text, id=1)
+    doc = DocumentRecord(path="p.py", display_path="p.py", kind="code", content_sha256="x", n_tokens=30, n_events=1,
+                         n_pages=None, n_lines=2, ingest_seconds=0.0)
+    answer = ("The parser tracks its position in the input string as it reads. "
+              "The lighthouse keeper hid the brass key under the stair.")
+    plain = support_by_sentence("What does the parser do?", answer, [RetrievedEvent(event, doc, 1.0, 0)])
+    by_meaning = support_by_sentence("What does the parser do?", answer, [RetrievedEvent(event, doc, 1.0, 0)],
+                                     embed=engine.embedder.embed_query)
+    assert [s.supported for s in plain] == [False, False]
+    assert [s.supported for s in by_meaning] == [True, False]
+    assert "current position" in by_meaning[0].evidence[0].quote

@@ -73,13 +73,15 @@ class AskResult:
     kind: QuestionKind = QuestionKind.LOOKUP  # how much the answer read (engine/retrieval/question_kind.py)
     reading: str | None = None  # what a whole-scope or overview answer read: "read all of ch. 12, 7,930 tokens"
     search: str | None = None   # what retrieval looked for, when not the question (a chat follow-up's rewrite)
+    embed: Callable[[str], object] | None = None  # the question encoder, for evidence by meaning (support_by_sentence)
 
     def sentence_support(self) -> list[SentenceSupport]:
         """Each sentence of the answer with the quote that supports it, or none (computed once complete)."""
         text = self.answer.text.strip()
         cached = self.__dict__.get("_sentences")
         if cached is None or cached[1] != text:
-            cached = self.__dict__["_sentences"] = (support_by_sentence(self.question, text, self.retrieved), text)
+            cached = self.__dict__["_sentences"] = (
+                support_by_sentence(self.question, text, self.retrieved, embed=self.embed), text)
         return cached[0]
 
     def support(self) -> Support:
@@ -377,7 +379,13 @@ class Workspace:
         hits = max(k, LAYERED_POOL_K * self.pool_tokens() // self.room())
         return relevance_order(self.retrieve(store, search, hits, neighbours, scope=scope, pool=True))[-MAX_POOL:]
 
-    def ask(
+    def ask(self, store: Store, question: str, *args, **options) -> tuple[AskResult, Iterator[str]]:
+        """`answer_question` (below), with the result able to check a long answer's sentences by meaning."""
+        result, stream = self.answer_question(store, question, *args, **options)
+        result.embed = self.embedder.embed_query
+        return result, stream
+
+    def answer_question(
         self,
         store: Store,
         question: str,
