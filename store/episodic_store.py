@@ -217,7 +217,7 @@ class Store:
 
     @classmethod
     def _upgrade_from_v1(cls, path: Path, conn: sqlite3.Connection) -> None:
-        """Format 1 -> 2 in place (upgrade_v1.py), under the writer lock: a store being written by an older epi
+        """Format 1 -> 2 in place (upgrade/v1.py), under the writer lock: a store being written by an older epi
         is left alone until it finishes."""
         fd = os.open(path / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
         try:

@@ -93,7 +93,7 @@ class SourceDocument:
     path: Path
     display_path: str
     kind: str  # "pdf" | "text" | "code"
-    text: Text  # a str, or for a long text a SpooledText read by slices (document_text.py)
+    text: Text  # a str, or for a long text a SpooledText read by slices (documents/text.py)
     content_sha256: str
     page_starts: list[int] | None
     n_pages: int | None
@@ -619,7 +619,7 @@ def _load_blocks(path: Path, shown: str, kind: str, spool_dir: Path | None) -> S
 def load_document(path: Path, display_path: str | None = None, spool_dir: Path | None = None,
                   on_page: Callable[[int, int], None] | None = None) -> SourceDocument:
     """Read one file into a SourceDocument. The file is read a block at a time and a long text is spooled to a
-    temporary file in `spool_dir` (document_text.py): memory does not grow with the file's size. `on_page(page,
+    temporary file in `spool_dir` (documents/text.py): memory does not grow with the file's size. `on_page(page,
     pages)` is called before each scanned page OCR reads (seconds a page)."""
     path = Path(path)
     shown = display_path if display_path is not None else str(path)
@@ -677,7 +677,7 @@ def load_document(path: Path, display_path: str | None = None, spool_dir: Path |
     except OSError as exc:
         spool.discard()
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise  # the ingest run stops on a full disk with what it needs (ingest.py)
+            raise  # the ingest run stops on a full disk with what it needs (ingest/pipeline.py)
         raise SourceError(f"{shown} cannot be read ({exc.strerror or exc})", path) from None
     except BaseException:
         spool.discard()
