@@ -36,6 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from conftest import PDF_QUESTION, TEXT_QUESTION, pdf_pages, prose_lines, text_document  # noqa: E402
 from pdf_fixture import make_pdf  # noqa: E402
+from episodic_cli.store.records import DEFAULT_KV_BUDGET_BYTES  # noqa: E402
 
 BUDGETS = ("1MB", "5MB", "20MB", "10GB")
 SAMPLE_S = 0.02
@@ -72,7 +73,7 @@ class Sampler(threading.Thread):
             row = conn.execute("SELECT value FROM meta WHERE key = 'kv_budget_bytes'").fetchone()
         finally:
             conn.close()
-        return 10 << 30 if row is None else int(row[0])
+        return DEFAULT_KV_BUDGET_BYTES if row is None else int(row[0])
 
     def run(self) -> None:
         lock = self.store / "kv" / "space.lock"

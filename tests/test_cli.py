@@ -158,6 +158,43 @@ def test_version():
     assert result.exit_code == 0 and result.stdout.startswith("epi ")
 
 
+# ------------------------------------------------------------------------------------------------ units
+
+
+@pytest.mark.parametrize("text,n_bytes", [("10GB", 10**10), ("500MB", 5 * 10**8), ("1.5GB", 15 * 10**8),
+                                          ("2TB", 2 * 10**12), ("0", 0), ("3KiB", 3072), ("1GiB", 2**30)])
+def test_sizes_are_read_in_decimal_units_binary_only_when_named(text, n_bytes):
+    from episodic_cli.app import parse_size
+
+    assert parse_size(text) == n_bytes
+
+
+@pytest.mark.parametrize("n_bytes,shown", [(0, "0 B"), (999, "999 B"), (1000, "1 KB"), (12_244, "12.2 KB"),
+                                           (10**10, "10 GB"), (9_300_000_000, "9.3 GB"), (5 * 10**8, "500 MB"),
+                                           (2**30, "1.1 GB"), (10**13, "10 TB")])
+def test_sizes_are_shown_in_decimal_units(n_bytes, shown):
+    from episodic_cli import render
+
+    assert render._size(n_bytes) == shown
+
+
+def test_a_10gb_budget_is_shown_as_10_gb_and_is_the_default(tmp_path):
+    """`--kv-budget 10GB` was shown as "9.3 GB": a 1024-based label on a 10^9 input (issue 35)."""
+    from episodic_cli.store import StoreIdentity
+
+    identity = StoreIdentity(embedder="all-MiniLM-L6-v2", embed_dim=384,
+                             segmenter={"model_name": "m", "model_sha256": "a" * 64, "tokenizer_sha256": "b" * 64},
+                             segmentation={"gamma": 1.0, "min_tokens": 16})
+    Store.create_or_open(tmp_path / "st", identity).close()
+    shown = invoke("config", "--store", tmp_path / "st")
+    assert shown.exit_code == 0, shown.output
+    assert "kv_budget_bytes: 10 GB" in shown.stdout  # the default budget is 10 GB too, not 10 GiB
+    assert json.loads(invoke("config", "--store", tmp_path / "st", "--json").stdout)["kv_budget_bytes"] == 10**10
+    changed = invoke("config", "--store", tmp_path / "st", "--kv-budget", "20GB")
+    assert changed.exit_code == 0, changed.output
+    assert "kv_budget_bytes: 20 GB" in changed.stdout
+
+
 # ----------------------------------------------------------------------------------------------- bad inputs
 
 

@@ -16,7 +16,7 @@ from .markup_text import main_root, write_blocks
 
 HTML_EXTS = frozenset({".html", ".htm", ".xhtml"})
 # A page is read whole by lxml (about ten times its size in memory); a bigger "page" is a data dump, not a document.
-MAX_HTML_BYTES = 20 * 1024 * 1024
+MAX_HTML_BYTES = 20 * 10**6  # 20 MB, decimal
 
 _CHARSET_RE = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.I)
 
@@ -65,7 +65,7 @@ def read_html(data: bytes, spool_dir: Path | None = None) -> BlockDocument:
     """The page's main text as blocks; its <title> opens it as a heading when the content has no <h1>."""
     if len(data) > MAX_HTML_BYTES:
         raise NotReadable(f"{len(data) / 1e6:.0f} MB of HTML is more than one page holds (epi reads pages up to "
-                          f"{MAX_HTML_BYTES // (1024 * 1024)} MB); save the page's text instead")
+                          f"{MAX_HTML_BYTES // 10**6} MB); save the page's text instead")
     root = parse(decode(data))
     content = main_root(root)
     writer = BlockWriter(spool_dir)

@@ -33,10 +33,11 @@ from ..heap import release_free_memory
 # quiet unless the application configures logging itself (records still propagate to its handlers).
 logging.getLogger("pypdf").addHandler(logging.NullHandler())
 
-MAX_FILE_BYTES = 20 * 1024 * 1024
+# Sizes are decimal (20 MB = 20 * 10**6 bytes), as everywhere epi reads or shows one.
+MAX_FILE_BYTES = 20 * 10**6
 # EPUB and Word files are zip archives whose size is mostly pictures: a walk takes them up to this size.
-MAX_PACKAGE_BYTES = 200 * 1024 * 1024
-MAX_JSON_BYTES = 1024 * 1024
+MAX_PACKAGE_BYTES = 200 * 10**6
+MAX_JSON_BYTES = 10**6
 READ_BYTES = 1 << 20  # a file is read and decoded this much at a time
 _SNIFF_BYTES = 8192
 
@@ -298,11 +299,12 @@ def _walk_dir(directory: Path, top_rel: str, display_rel: str, rules: _Rules) ->
             continue
         package = name.lower().endswith(_PACKAGE_EXTS)
         if size > (MAX_PACKAGE_BYTES if package else MAX_FILE_BYTES):
-            limit = "200 MB" if package else "20 MB"
+            limit = f"{(MAX_PACKAGE_BYTES if package else MAX_FILE_BYTES) // 10**6} MB"
             yield Skipped(path, f"larger than {limit} (pass the file explicitly to ingest it anyway)")
             continue
         if name.lower().endswith(".json") and size > MAX_JSON_BYTES:
-            yield Skipped(path, "JSON file larger than 1 MB, probably data (pass it explicitly to ingest it)")
+            yield Skipped(path, f"JSON file larger than {MAX_JSON_BYTES // 10**6} MB, probably data (pass it "
+                                "explicitly to ingest it)")
             continue
         if not package and not name.lower().endswith(PDF_EXT):  # PDFs and zips legitimately hold binary
             try:
