@@ -320,7 +320,7 @@ def test_real_console_script_prints_no_traceback(tmp_path):
 
 
 def test_a_second_writer_is_refused_at_once_before_the_model_loads(tmp_path, monkeypatch):
-    import fcntl
+    from filelock import FileLock
 
     from episodic_cli.engine import workspace
 
@@ -328,8 +328,7 @@ def test_a_second_writer_is_refused_at_once_before_the_model_loads(tmp_path, mon
     doc.write_text("The ferry to Orsk leaves at nine.\n" * 8)
     store = tmp_path / "store"
     store.mkdir()
-    with open(store / "lock", "w") as held:  # what a running `epi ingest` holds
-        fcntl.flock(held, fcntl.LOCK_EX)
+    with FileLock(store / "lock"):  # what a running `epi ingest` holds
         monkeypatch.setattr(workspace.Workspace, "model", property(lambda self: pytest.fail("model loaded")))
         result = invoke("ingest", doc, "--store", store)
     assert_one_line_error(result, "another epi process", "is writing store")
