@@ -19,8 +19,8 @@ from episodic_cli.store import Store
 runner = CliRunner()
 
 
-def invoke(*args: str):
-    return runner.invoke(app, [str(a) for a in args])
+def invoke(*args: str, env: dict | None = None):
+    return runner.invoke(app, [str(a) for a in args], env=env)
 
 
     return err
@@ -214,8 +214,27 @@ def test_a_store_ingested_with_no_kv_keeps_no_blocks_and_still_answers_in_kv_mod
     assert list((store / "kv").glob("*/blocks/*/*")) == []
 
 
-def test_unknown_mode_is_refused():
-    assert_one_line_error(invoke("ask", "anything?", "--mode", "fast"), "unknown --mode 'fast'")
+@pytest.mark.parametrize("command,option,values", [("ask", "--mode", ["text", "kv"]),
+                                                    ("ingest", "--kv-type", ["f16", "q8_0", "q4_0"]),
+                                                    ("ingest", "--refine", ["modularity", "conductance", "none"])])
+def test_options_with_fixed_values_list_them_in_help_and_refuse_others_in_one_line(command, option, values, tmp_path):
+    """--mode, --kv-type and --refine were checked by hand, so --help did not list their values (issue 35)."""
+    shown = invoke(command, "--help", env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.output
+    line = next(ln for ln in shown.stdout.splitlines() if option in ln)
+    assert f"<{'|'.join(values)}>" in line, line
+    args = [command, "anything?"] if command == "ask" else [command, tmp_path / "missing.txt"]
+    err = assert_one_line_error(invoke(*args, option, "fast"), f"'{option}'", "'fast' is not one of",
+                                *(f"'{v}'" for v in values), f"epi {command} --help", code=2)
+    assert "Value error" not in err
+    for value in values:  # every listed value is still accepted (the command then fails for its own reason)
+        result = invoke(*args, option, value, "--store", tmp_path / "no-store")
+        assert "is not one of" not in result.output and result.exit_code == 1, result.output
+
+
+def test_other_bad_values_end_in_one_line_too():
+    assert_one_line_error(invoke("ask", "anything?", "-k", "0"), "'-k'", code=2)
+    assert_one_line_error(invoke("ask", "anything?", "--threads", "many"), "'--threads'", code=2)
 
 
 def test_encrypted_pdf_fails_alone_and_others_are_ingested(tmp_path):
