@@ -1,7 +1,7 @@
 """A saved web page or a page of a built documentation site (.html, .htm) as a block document (blocks.py).
 
-The bytes are decoded by the charset the page declares (a BOM, <meta charset>, or http-equiv), else UTF-8, else
-cp1252; lxml then parses the page and markup_text.py keeps its main content without the navigation around it.
+The bytes are decoded by the charset the page declares (a BOM, <meta charset>, or http-equiv), else UTF-8, else the
+encoding charset-normalizer finds (encoding.py); lxml then parses the page and markup_text.py keeps its main content without the navigation around it.
 
 Plain engine module: no terminal output.
 """
@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 from .blocks import BlockDocument, BlockWriter
+from .encoding import DETECT_BYTES, guess_encodings
 from .markup_text import main_root, write_blocks
 
 HTML_EXTS = frozenset({".html", ".htm", ".xhtml"})
@@ -44,7 +45,13 @@ def decode(data: bytes) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        return data.decode("cp1252", errors="replace")
+        pass
+    # No declared charset and not UTF-8: the encoding charset-normalizer finds (cp1251, Shift-JIS, cp1252, ...).
+    sample = data[:DETECT_BYTES]
+    if len(data) > DETECT_BYTES and b"\n" in sample:
+        sample = sample[: sample.rfind(b"\n") + 1]  # whole characters only
+    guesses = guess_encodings(sample)
+    return data.decode(guesses[0] if guesses else "cp1252", errors="replace")
 
 
 def parse(text: str):

@@ -22,6 +22,7 @@ import pathspec
 from . import page_ocr, structure
 from .blocks import BlockDocument
 from .docx_file import DOCX_EXT, read_docx
+from .encoding import DETECT_BYTES, guess_encodings
 from .epub_file import EPUB_EXT, read_epub
 from .html_file import HTML_EXTS, NoText, NotReadable, read_html
 from .text import Text, TextSpool, close_text, count_newlines
@@ -72,6 +73,7 @@ SKIP_DIRS = frozenset(
 _BINARY_HINT = "epi reads PDF, EPUB, HTML, Word (.docx), text, Markdown, reST and source code"
 # C0 controls other than the whitespace/escape ones real text uses, plus DEL and C1 (a latin-1 decode of binary).
 _CONTROL_RE = re.compile(r"[\x00-\x07\x0e-\x1a\x1c-\x1f\x7f-\x9f]")
+_NON_ASCII_RE = re.compile(rb"[\x80-\xff]")
 _MULTI_NEWLINE_RE = re.compile(r"\n{3,}")
 _TRAILING_WS_RE = re.compile(r"[ \t\f\v]+$", re.MULTILINE)
 
@@ -555,12 +557,31 @@ class _Empty(Exception):
     """Whitespace only."""
 
 
-def _decode_into(file, codec: str, refuse_nul: bool, spool: TextSpool, binary: SourceError) -> tuple[str, int]:
+def _detection_sample(file) -> bytes:
+    """What charset-normalizer judges a text that is not UTF-8 on: up to DETECT_BYTES of the file from a little before
+    its first non-ASCII byte (a long ASCII head says nothing about the encoding), cut after the sample's last line
+    end so that no multi-byte character is cut in two (no legacy encoding uses byte 0x0A inside a character)."""
+    file.seek(0)
+    offset = 0
+    for block in iter(lambda: file.read(READ_BYTES), b""):
+        m = _NON_ASCII_RE.search(block)
+        if m is None:
+            offset += len(block)
+            continue
+        file.seek(max(0, offset + m.start() - 4096))
+        sample = file.read(DETECT_BYTES)
+        cut = sample.rfind(b"\n")
+        return sample[: cut + 1] if cut > 0 and len(sample) == DETECT_BYTES else sample
+    return b""
+
+
+def _decode_into(file, codec: str, refuse_nul: bool, spool: TextSpool, binary: SourceError,
+                 errors: str = "strict") -> tuple[str, int]:
     """Decode the whole file with `codec` a block at a time into `spool`, newlines normalised (so that line numbers
     match an editor's); (the file's sha256, its number of lines). Raises `binary` for a binary file's marks."""
     file.seek(0)
     sha = hashlib.sha256()
-    decoder = codecs.getincrementaldecoder(codec)("strict")
+    decoder = codecs.getincrementaldecoder(codec)(errors)
     n_decoded = controls = newlines = 0
     carried_cr, last, has_text = False, "", False
     while True:
@@ -658,17 +679,24 @@ def load_document(path: Path, display_path: str | None = None, spool_dir: Path |
                                       None, outline or None, text_bytes=spool.utf8_bytes, note=note)
             binary = SourceError(f"{shown} looks like a binary file; {_BINARY_HINT}", path)
             if head.startswith((b"\xff\xfe", b"\xfe\xff")):  # UTF-16 with BOM (e.g. Windows PowerShell output)
-                tries = [("utf-16", False)]
+                tries = [("utf-16", False, "strict")]
             else:
-                # Legacy 8-bit text: cp1252 (a latin-1 superset for printable chars, common on Windows) after UTF-8,
-                # then latin-1, which never fails; the control-character count rejects binary that got this far.
-                tries = [("utf-8-sig", True), ("cp1252", True), ("latin-1", True)]
-            for codec, refuse_nul in tries:
+                tries = [("utf-8-sig", True, "strict")]
+            guesses: list[str] | None = None
+            while tries:
+                codec, refuse_nul, errors = tries.pop(0)
                 try:
-                    sha, n_lines = _decode_into(file, codec, refuse_nul, spool, binary)
+                    sha, n_lines = _decode_into(file, codec, refuse_nul, spool, binary, errors)
                 except _NotThisCodec:
                     spool.discard()
                     spool = TextSpool(spool_dir)
+                    if guesses is None and refuse_nul:
+                        # Not UTF-8: the encoding charset-normalizer finds likeliest (cp1251, Shift-JIS, cp1252, ...),
+                        # judged on a sample; should the rest of the file not decode in it, the bytes it cannot decode
+                        # are replaced (a lower-ranked encoding that happens to decode every byte reads worse). None
+                        # at all: not text. The control-character count still rejects binary that got this far.
+                        guesses = guess_encodings(_detection_sample(file))[:1]
+                        tries = [(g, True, "strict") for g in guesses] + [(g, True, "replace") for g in guesses]
                     continue
                 return SourceDocument(resolved, shown, _kind_for(path), spool.finish(), sha, None, None, n_lines,
                                       text_bytes=spool.utf8_bytes)
