@@ -4,7 +4,8 @@ its SIMD paths and the native K move, side by side.
 Synthetic blocks shaped like the bundled model's (30 layers, K/V rows of 192 values) add up to a pool of `--cells`
 cells (5,500: a typical `--layered` pool; kv mode's whole blocks are ~2,000), in blocks of `--block` cells, as the
 tier stores them (f16, q8_0, q4_0). Each condition turns every block into llama.cpp's state blob
-(`kv_memory.state_blob_from_payload`, what loading a block costs before llama.cpp copies it in), best of `--repeat`:
+(engine/kv/blocks.py's `state_blob_from_payload`, what loading a block costs before llama.cpp copies it in),
+best of `--repeat`:
 
 - scalar / simd        the AVX2/F16C/FMA paths off (`native.set_simd(False)`) or on (native/src/rows_f16.c);
 - kept / moved         positions kept, or moved with K rotated natively (native/src/rope_shift.c), which replaced
@@ -17,7 +18,7 @@ keeps them: `copied` reads each file into memory and checks its crc32 as `read_b
 
 Checksum: the pool's payloads through zlib.crc32 and native.crc32 (the same values; carry-less multiplies).
 
-Ratios are taken within the run. Results: docs/assemble.json.
+Ratios are taken within the run. Results: bench/results/assemble.json.
 
     python bench/assemble.py [--cells 5500] [--block 400] [--repeat 15] [--out bench/results/assemble.json]
 """

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import fcntl
 import json
 import os
 import random
@@ -36,6 +35,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from conftest import PDF_QUESTION, TEXT_QUESTION, pdf_pages, prose_lines, text_document  # noqa: E402
 from pdf_fixture import make_pdf  # noqa: E402
+from episodic_cli.store.file_lock import exclusive_lock  # noqa: E402
+from episodic_cli.store.records import DEFAULT_KV_BUDGET_BYTES  # noqa: E402
 
 BUDGETS = ("1MB", "5MB", "20MB", "10GB")
 SAMPLE_S = 0.02
@@ -72,14 +73,12 @@ class Sampler(threading.Thread):
             row = conn.execute("SELECT value FROM meta WHERE key = 'kv_budget_bytes'").fetchone()
         finally:
             conn.close()
-        return 10 << 30 if row is None else int(row[0])
+        return DEFAULT_KV_BUDGET_BYTES if row is None else int(row[0])
 
     def run(self) -> None:
-        lock = self.store / "kv" / "space.lock"
+        lock = exclusive_lock(self.store / "kv" / "space.lock")  # what every block writer holds (store/file_lock.py)
         while not self.stop.is_set():
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH)
+            with lock:
                 used = 0
                 for p in self.store.glob("kv/*/blocks/*/*.ekvb"):
                     try:
@@ -87,9 +86,6 @@ class Sampler(threading.Thread):
                     except FileNotFoundError:
                         pass
                 self.samples.append((time.monotonic(), used, self.budget()))
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                os.close(fd)
             time.sleep(SAMPLE_S)
 
 

@@ -7,11 +7,13 @@ import re
 import signal
 import sys
 from collections.abc import Callable
+from enum import Enum
 from functools import wraps
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from typer.core import TyperGroup
 
 from . import __version__, render
 from .engine.budgets import COLD_PREFILL_SECONDS, DEFAULT_K, LAYER_BUDGET, POOL_TOKENS_RANGE
@@ -36,7 +38,25 @@ from .engine.retrieval.scope import documents_matching
 from .engine.workspace import MAX_EVENT_TOKENS, MODES, Workspace, apply_kv_budget
 from .store import Store, StoreError
 
+class _OneLineBadValues(TyperGroup):
+    """A bad option value (`--mode fast`, `-k 0`, `--threads x`) ends as one line on stderr naming the option and what
+    it takes, exit 2, like every other failure a user can cause; an unknown option or a missing argument still shows
+    the usage line first (Click's own output)."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except typer.BadParameter as exc:  # Click's, or the copy of Click that newer Typers carry
+            if isinstance(exc, sys.modules[typer.BadParameter.__module__].MissingParameter):
+                raise
+            message = exc.format_message().replace("Value error, ", "")  # pydantic's prefix (Typer >= 0.2x)
+            where = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
+            render.error(message + where)
+            raise typer.Exit(exc.exit_code) from None
+
+
 app = typer.Typer(
+    cls=_OneLineBadValues,
     name="epi",
     help=(
         "Ask questions about books, PDFs and codebases, offline.\n\n"
@@ -50,6 +70,12 @@ app = typer.Typer(
     rich_markup_mode="markdown",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+# Options with a fixed set of values are Enums, so that `--help` lists the values and Typer refuses any other (the
+# values are the engine's own tuples).
+Mode = Enum("Mode", {m: m for m in MODES}, type=str)
+KVType = Enum("KVType", {k: k for k in KV_KINDS}, type=str)
+Refine = Enum("Refine", {r: r for r in REFINE_METHODS}, type=str)
 
 StoreOpt = Annotated[Optional[str], typer.Option("--store", "-s", help="Store name (kept under the epi data directory) or a path. Default: `default`, or $EPI_STORE.")]
 ModelOpt = Annotated[Optional[str], typer.Option("--model", "-m", help="The model: a GGUF file, or an installed one by name: `qwen-1.5b` (answers by default where installed), `qwen-0.5b`, `smollm2` (the bundled SmolLM2-135M, which reads documents at ingest by default); or set $EPI_MODEL.")]
@@ -121,8 +147,8 @@ def ingest(
     min_tokens: Annotated[int, typer.Option(help="Smallest event, in tokens.", min=16)] = SegmentParams.min_tokens,
     max_tokens: Annotated[int, typer.Option(help="Largest event, in tokens.", min=16)] = SegmentParams.max_tokens,
     gamma: Annotated[float, typer.Option(help="Surprise threshold: mean + GAMMA x std of the last tokens (EM-LLM eq. 1).")] = SegmentParams.gamma,
-    refine: Annotated[str, typer.Option(help="Boundary refinement (EM-LLM 3.3): each surprise cut may move back to the sentence or line end where the model's attention keys split best into two groups, judged by `modularity` or `conductance`; `none` keeps the surprise cuts.")] = SegmentParams.refine,
-    kv_type: Annotated[str, typer.Option(help="How each event's KV block is stored for kv mode: q8_0 (about 12 KB/token with the bundled model), q4_0 (6.5 KB/token, less faithful) or f16 (23 KB/token, exact).")] = DEFAULT_KIND,
+    refine: Annotated[Refine, typer.Option(help="Boundary refinement (EM-LLM 3.3): each surprise cut may move back to the sentence or line end where the model's attention keys split best into two groups, judged by `modularity` or `conductance`; `none` keeps the surprise cuts.")] = Refine(SegmentParams.refine),
+    kv_type: Annotated[KVType, typer.Option(help="How each event's KV block is stored for kv mode: q8_0 (about 12 KB/token with the bundled model), q4_0 (6.5 KB/token, less faithful) or f16 (23 KB/token, exact).")] = KVType(DEFAULT_KIND),
     kv: Annotated[bool, typer.Option("--kv/--no-kv", help="Keep KV blocks (fast answers in kv mode). --no-kv keeps only text: it sets the store's KV budget to 0 (answers in text mode).")] = True,
     kv_budget: KVBudgetOpt = None,
     commit_every: Annotated[int, typer.Option(min=1, help="Commit a long document every N events, so that an interrupted ingest resumes from there (run the same command again).")] = DEFAULT_COMMIT_EVERY,
@@ -149,11 +175,7 @@ def ingest(
         raise EpiError("--min-tokens must not exceed --max-tokens")
     if max_tokens > MAX_EVENT_TOKENS:
         raise EpiError(f"--max-tokens must be at most {MAX_EVENT_TOKENS} (an event must fit the ingest window)")
-    if kv_type not in KV_KINDS:
-        raise EpiError(f"unknown --kv-type {kv_type!r}: use {', '.join(KV_KINDS)}")
-    if refine not in REFINE_METHODS:
-        raise EpiError(f"unknown --refine {refine!r}: use {', '.join(REFINE_METHODS)}")
-    params = SegmentParams(gamma=gamma, min_tokens=min_tokens, max_tokens=max_tokens, refine=refine)
+    params = SegmentParams(gamma=gamma, min_tokens=min_tokens, max_tokens=max_tokens, refine=refine.value)
     spec = cluster_spec(cluster, workers, threads)  # None: read here
     found = list(discover(paths))
     if all(isinstance(f, Skipped) for f in found):  # say why before loading a model for nothing
@@ -170,7 +192,7 @@ def ingest(
     if changes is not None:
         next(changes)  # the watcher runs from here on: nothing that changes during the first pass is missed
     results = []
-    with ws.ingest_run(st, params, kv_type if kv else None, budget, commit_every, spec) as ingestor:
+    with ws.ingest_run(st, params, kv_type.value if kv else None, budget, commit_every, spec) as ingestor:
         results += ingest_found(ingestor, found, as_json)
         if changes is not None:
             follow_changes(st, ingestor, paths, changes, as_json)
@@ -251,7 +273,7 @@ def nothing_to_ingest(skipped: list[Skipped]) -> str:
 def ask(
     question: Annotated[str, typer.Argument(help="Your question, in quotes.", show_default=False)],
     k: Annotated[int, typer.Option("-k", min=1, max=50, help="Events found by similarity, before their neighbours are added.")] = DEFAULT_K,
-    mode: Annotated[Optional[str], typer.Option(help="`kv` loads the retrieved events' stored KV blocks (the default when the store has them); `text` re-reads their text.", show_default=False)] = None,
+    mode: Annotated[Optional[Mode], typer.Option(help="`kv` loads the retrieved events' stored KV blocks (the default when the store has them); `text` re-reads their text.", show_default=False)] = None,
     neighbours: Annotated[int, typer.Option(min=0, max=3, help="Adjacent events added around each hit (temporal contiguity).")] = 1,
     epman: EpmanOpt = False,
     doc: DocOpt = None,
@@ -277,8 +299,7 @@ def ask(
 
     Example:  epi ask "what does the retry policy default to?" -k 5 --doc 'src/*.py'
     """
-    if mode is not None and mode not in MODES:
-        raise EpiError(f"unknown --mode {mode!r}: use text or kv")
+    mode = mode.value if mode is not None else None  # the engine takes the plain string
     check_question_length(question)  # before any loading: a pasted page is refused at once
     check_pool(pool, layered)
     ws = Workspace(model, store, threads, warn=render.warning, on_prepare=render.prepare_progress(quiet=as_json))

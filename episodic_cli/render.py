@@ -55,10 +55,14 @@ def status(message: str, quiet: bool = False) -> Iterator[None]:
 
 
 def _size(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1024 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
+    """Bytes in decimal units, as `--kv-budget` reads them and disks are sold: 10**10 -> "10 GB", 12_244 ->
+    "12.2 KB"."""
+    if n < 1000:
+        return f"{n:.0f} B"
+    for unit in ("KB", "MB", "GB", "TB"):
+        n /= 1000
+        if round(n, 1) < 1000 or unit == "TB":
+            return f"{n:,.1f}".removesuffix(".0") + f" {unit}"
     return ""
 
 

@@ -112,7 +112,7 @@ def assemble_state_blob(kind: QuantKind, positions: np.ndarray, k_rows: np.ndarr
                         v_scale: float = 1.0, shift: RopeShift | None = None) -> np.ndarray:
     """llama.cpp's state blob (uint8) from an epi payload's sections, read in place: `positions` (n_cells <i4 bytes),
     `k_rows` / `v_rows` ([n_layer, n_cells] rows of `kind`, contiguous uint8). V is scaled when v_scale != 1.0.
-    The numpy reference is kv_memory.build_state_blob(kv_memory.decode_block(payload, v_scale=v_scale)); with a
+    The numpy reference (engine/kv/blocks.py) is build_state_blob(decode_block(payload, v_scale=v_scale)); with a
     `shift`, its positions move by shift.delta and its K is reference.rope_shift_k(k, shift)."""
     _block_shape(kind, n_embd_k)
     _block_shape(kind, n_embd_v)

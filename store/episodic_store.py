@@ -2,14 +2,13 @@
 
 Layout: store.sqlite3 (the archive: documents, events, embeddings, FTS5; model-independent), index.hnsw (derived,
 rebuilt from SQLite whenever it is missing or stale), kv/ (per-model KV block tiers under one disk budget: kv_tier/),
-lock (flock held by the single writer).
+lock (held by the single writer; file_lock.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import errno
-import fcntl
 import json
 import logging
 import os
@@ -24,6 +23,7 @@ import numpy as np
 from . import schema
 from .checksum import event_checksum
 from .damage import DamageAwareConnection
+from .file_lock import exclusive_lock, try_acquire
 from .index import DenseIndex
 from .index import intact as index_intact
 from .kv_tier import BLOCK_KINDS, KVSpace, block_key
@@ -142,7 +142,7 @@ class Store:
         self.path = path
         self.identity = identity
         self._conn = conn
-        self._lock_fd: int | None = None
+        self._writer_lock = exclusive_lock(path / LOCK_NAME)  # held (is_locked) while this object writes
         self._index = DenseIndex.empty(path / INDEX_NAME, identity.embed_dim)
         self._index_loaded = False  # the saved index file has been read (then it is kept up to date in memory)
         self._index_dirty = False   # the in-memory index has changes the file lacks
@@ -217,23 +217,20 @@ class Store:
 
     @classmethod
     def _upgrade_from_v1(cls, path: Path, conn: sqlite3.Connection) -> None:
-        """Format 1 -> 2 in place (upgrade_v1.py), under the writer lock: a store being written by an older epi
+        """Format 1 -> 2 in place (upgrade/v1.py), under the writer lock: a store being written by an older epi
         is left alone until it finishes."""
-        fd = os.open(path / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+        lock = exclusive_lock(path / LOCK_NAME)
+        if not try_acquire(lock):
+            raise StoreBusyError(f"store '{path}' needs a one-time upgrade to format {STORE_FORMAT_VERSION}, but "
+                                 "another epi process is writing it; retry when it has finished.")
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise StoreBusyError(f"store '{path}' needs a one-time upgrade to format {STORE_FORMAT_VERSION}, but "
-                                     "another epi process is writing it; retry when it has finished.") from None
             row = conn.execute("SELECT value FROM meta WHERE key='format_version'").fetchone()
             if row is not None and int(row[0]) == 1:  # another process may have upgraded it meanwhile
                 moved, cold = upgrade_v1(path, conn)
                 log.info("store %s upgraded to format %d: %d KV blocks moved into the model's tier, %d left to be "
                          "prepared on use", path, STORE_FORMAT_VERSION, moved, cold)
         finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
+            lock.release()
 
     @staticmethod
     def _recorded_identity(conn: sqlite3.Connection, identity: StoreIdentity | None) -> StoreIdentity | None:
@@ -278,16 +275,14 @@ class Store:
 
     @contextmanager
     def writer(self) -> Iterator["Store"]:
-        """Exclusive, non-blocking writer lock (flock: released by the kernel if the process dies)."""
-        if self._lock_fd is not None:  # re-entrant: replace_document inside an explicit writer() block
+        """Exclusive, non-blocking writer lock (released by the operating system if the process dies)."""
+        if self._writer_lock.is_locked:  # re-entrant: replace_document inside an explicit writer() block
             yield self
             return
-        fd = self._try_lock()
-        if fd is None:
+        if not try_acquire(self._writer_lock):
             raise StoreBusyError(
                 f"another epi process is writing store '{self.path}'; wait for it to finish, or use another --store."
             )
-        self._lock_fd = fd
         try:
             self._sync_index()  # another process may have written since we opened
             remove_v1_leftovers(self.path)
@@ -297,35 +292,19 @@ class Store:
                 if self._index_dirty:
                     self._save_index()
             finally:
-                self._lock_fd = None
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                os.close(fd)
+                self._writer_lock.release()
 
     @staticmethod
     def refuse_if_being_written(path: Path) -> None:
         """Fail at once, before anything slow (loading a model), when another process holds the writer lock. A second
         writer refuses rather than waits: the first may run for hours, and an interrupted ingest resumes anyway."""
-        lock = Path(path) / LOCK_NAME
-        if not lock.is_file():
+        if not (Path(path) / LOCK_NAME).is_file():
             return
-        fd = os.open(lock, os.O_RDWR)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        except BlockingIOError:
+        probe = exclusive_lock(Path(path) / LOCK_NAME)
+        if not try_acquire(probe):
             raise StoreBusyError(f"another epi process (an ingest, rm or compact) is writing store '{path}'; wait for "
-                                 "it to finish, or use another --store.") from None
-        finally:
-            os.close(fd)
-
-    def _try_lock(self) -> int | None:
-        fd = os.open(self.path / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return None
-        return fd
+                                 "it to finish, or use another --store.")
+        probe.release()
 
     @contextmanager
     def _transaction(self, what: str) -> Iterator[None]:
@@ -533,7 +512,7 @@ class Store:
             reason = "out of date"
             self._compact_index_if_wasteful()
             self._index_dirty = True
-            if self._lock_fd is None:
+            if not self._writer_lock.is_locked:
                 self._save_index()  # a reader saves what it caught up on only when no writer holds the store
         return reason
 
@@ -548,9 +527,8 @@ class Store:
 
     def _save_index(self) -> None:
         """Save if we hold (or can get) the writer lock; a reader must not race a writer's save."""
-        fd = None if self._lock_fd is not None else self._try_lock()
-        if self._lock_fd is None and fd is None:
-            return  # the writer will save its own, newer index
+        if not try_acquire(self._writer_lock):  # held by this object's writer(): counted once more
+            return  # another process's writer will save its own, newer index
         try:
             self._index.save()
             self._index_dirty = False
@@ -558,9 +536,7 @@ class Store:
         except Exception as e:  # SQLite is the truth: a stale/missing index file is caught up on next open
             log.warning("store %s: could not save the dense index (%s); it will be caught up on next open", self.path, e)
         finally:
-            if fd is not None:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                os.close(fd)
+            self._writer_lock.release()
 
     def _update_index(self, removed: list[int], ids: np.ndarray, vectors: np.ndarray) -> None:
         """After a commit: apply the change incrementally, compacting when tombstones dominate; the file is saved

@@ -9,9 +9,9 @@ import numpy as np
 # Bump when anything on disk (schema semantics, embedding layout, KV block layout) stops being readable by
 # older/newer code; stores with another version are refused instead of being silently misread.
 # Format 2 split the model-independent archive from the per-model KV tiers (kv_tier/); format 1 stores are upgraded
-# on open (upgrade_v1.py).
+# on open (upgrade/v1.py).
 STORE_FORMAT_VERSION = 2
-DEFAULT_KV_BUDGET_BYTES = 10 << 30  # see docs/store-format.md "The KV budget" for why
+DEFAULT_KV_BUDGET_BYTES = 10 * 10**9  # 10 GB, decimal as every size epi reads or shows (docs/store-format.md)
 
 
 class StoreError(Exception):

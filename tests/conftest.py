@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
 from dataclasses import dataclass
 from importlib import metadata
@@ -62,6 +64,18 @@ def pdf_pages() -> list[str]:
             lines.insert(4, PDF_FACT)
         pages.append("\n".join(lines))
     return pages
+
+
+def _sigint_at_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def interruptible(args: list[str], **popen_kwargs) -> subprocess.Popen:
+    """Start a child that the test will stop with SIGINT (Ctrl-C), with SIGINT at its default in the child. A shell
+    starts a background job (`python -m pytest tests/test_watch.py &`, a CI script's `&`) with SIGINT ignored; an
+    ignored signal stays ignored across fork and exec, and Python then installs no KeyboardInterrupt handler, so the
+    child would never see the test's Ctrl-C (issue 35). `restore_signals` resets only SIGPIPE, SIGXFZ and SIGXFSZ."""
+    return subprocess.Popen(args, preexec_fn=_sigint_at_default, **popen_kwargs)
 
 
 def license_text() -> str:

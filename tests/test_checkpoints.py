@@ -82,7 +82,7 @@ def test_a_long_document_commits_in_groups_and_ends_complete(uninterrupted):
 
 def test_a_spooled_text_ingests_and_resumes_to_the_events_of_the_text_held_whole(engine, long_text, uninterrupted,
                                                                                  tmp_path, monkeypatch):
-    """A text too long to hold is read from its spool file (document_text.py) by every part of the pass: tokens,
+    """A text too long to hold is read from its spool file (engine/documents/text.py) by every part of the pass: tokens,
     event texts, lines, sections, the checkpoint's resume; the events equal those of the text held as a str."""
     from episodic_cli.engine.documents import text as document_text
     from episodic_cli.engine.documents import sources

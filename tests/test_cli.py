@@ -19,8 +19,8 @@ from episodic_cli.store import Store
 runner = CliRunner()
 
 
-def invoke(*args: str):
-    return runner.invoke(app, [str(a) for a in args])
+def invoke(*args: str, env: dict | None = None):
+    return runner.invoke(app, [str(a) for a in args], env=env)
 
 
     return err
@@ -158,6 +158,43 @@ def test_version():
     assert result.exit_code == 0 and result.stdout.startswith("epi ")
 
 
+# ------------------------------------------------------------------------------------------------ units
+
+
+@pytest.mark.parametrize("text,n_bytes", [("10GB", 10**10), ("500MB", 5 * 10**8), ("1.5GB", 15 * 10**8),
+                                          ("2TB", 2 * 10**12), ("0", 0), ("3KiB", 3072), ("1GiB", 2**30)])
+def test_sizes_are_read_in_decimal_units_binary_only_when_named(text, n_bytes):
+    from episodic_cli.app import parse_size
+
+    assert parse_size(text) == n_bytes
+
+
+@pytest.mark.parametrize("n_bytes,shown", [(0, "0 B"), (999, "999 B"), (1000, "1 KB"), (12_244, "12.2 KB"),
+                                           (10**10, "10 GB"), (9_300_000_000, "9.3 GB"), (5 * 10**8, "500 MB"),
+                                           (2**30, "1.1 GB"), (10**13, "10 TB")])
+def test_sizes_are_shown_in_decimal_units(n_bytes, shown):
+    from episodic_cli import render
+
+    assert render._size(n_bytes) == shown
+
+
+def test_a_10gb_budget_is_shown_as_10_gb_and_is_the_default(tmp_path):
+    """`--kv-budget 10GB` was shown as "9.3 GB": a 1024-based label on a 10^9 input (issue 35)."""
+    from episodic_cli.store import StoreIdentity
+
+    identity = StoreIdentity(embedder="all-MiniLM-L6-v2", embed_dim=384,
+                             segmenter={"model_name": "m", "model_sha256": "a" * 64, "tokenizer_sha256": "b" * 64},
+                             segmentation={"gamma": 1.0, "min_tokens": 16})
+    Store.create_or_open(tmp_path / "st", identity).close()
+    shown = invoke("config", "--store", tmp_path / "st")
+    assert shown.exit_code == 0, shown.output
+    assert "kv_budget_bytes: 10 GB" in shown.stdout  # the default budget is 10 GB too, not 10 GiB
+    assert json.loads(invoke("config", "--store", tmp_path / "st", "--json").stdout)["kv_budget_bytes"] == 10**10
+    changed = invoke("config", "--store", tmp_path / "st", "--kv-budget", "20GB")
+    assert changed.exit_code == 0, changed.output
+    assert "kv_budget_bytes: 20 GB" in changed.stdout
+
+
 # ----------------------------------------------------------------------------------------------- bad inputs
 
 
@@ -177,8 +214,27 @@ def test_a_store_ingested_with_no_kv_keeps_no_blocks_and_still_answers_in_kv_mod
     assert list((store / "kv").glob("*/blocks/*/*")) == []
 
 
-def test_unknown_mode_is_refused():
-    assert_one_line_error(invoke("ask", "anything?", "--mode", "fast"), "unknown --mode 'fast'")
+@pytest.mark.parametrize("command,option,values", [("ask", "--mode", ["text", "kv"]),
+                                                    ("ingest", "--kv-type", ["f16", "q8_0", "q4_0"]),
+                                                    ("ingest", "--refine", ["modularity", "conductance", "none"])])
+def test_options_with_fixed_values_list_them_in_help_and_refuse_others_in_one_line(command, option, values, tmp_path):
+    """--mode, --kv-type and --refine were checked by hand, so --help did not list their values (issue 35)."""
+    shown = invoke(command, "--help", env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.output
+    line = next(ln for ln in shown.stdout.splitlines() if option in ln)
+    assert f"<{'|'.join(values)}>" in line, line
+    args = [command, "anything?"] if command == "ask" else [command, tmp_path / "missing.txt"]
+    err = assert_one_line_error(invoke(*args, option, "fast"), f"'{option}'", "'fast' is not one of",
+                                *(f"'{v}'" for v in values), f"epi {command} --help", code=2)
+    assert "Value error" not in err
+    for value in values:  # every listed value is still accepted (the command then fails for its own reason)
+        result = invoke(*args, option, value, "--store", tmp_path / "no-store")
+        assert "is not one of" not in result.output and result.exit_code == 1, result.output
+
+
+def test_other_bad_values_end_in_one_line_too():
+    assert_one_line_error(invoke("ask", "anything?", "-k", "0"), "'-k'", code=2)
+    assert_one_line_error(invoke("ask", "anything?", "--threads", "many"), "'--threads'", code=2)
 
 
 def test_encrypted_pdf_fails_alone_and_others_are_ingested(tmp_path):
@@ -283,7 +339,7 @@ def test_real_console_script_prints_no_traceback(tmp_path):
 
 
 def test_a_second_writer_is_refused_at_once_before_the_model_loads(tmp_path, monkeypatch):
-    import fcntl
+    from filelock import FileLock
 
     from episodic_cli.engine import workspace
 
@@ -291,8 +347,7 @@ def test_a_second_writer_is_refused_at_once_before_the_model_loads(tmp_path, mon
     doc.write_text("The ferry to Orsk leaves at nine.\n" * 8)
     store = tmp_path / "store"
     store.mkdir()
-    with open(store / "lock", "w") as held:  # what a running `epi ingest` holds
-        fcntl.flock(held, fcntl.LOCK_EX)
+    with FileLock(store / "lock"):  # what a running `epi ingest` holds
         monkeypatch.setattr(workspace.Workspace, "model", property(lambda self: pytest.fail("model loaded")))
         result = invoke("ingest", doc, "--store", store)
     assert_one_line_error(result, "another epi process", "is writing store")

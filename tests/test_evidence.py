@@ -162,6 +162,15 @@ def test_sentences_keep_versions_abbreviations_initials_and_paths():
         "See native/llama_cpp/layer-visibility.patch.", "It applies."]
 
 
+def test_no_ends_a_sentence_unless_a_number_follows():
+    """"no" was an abbreviation everywhere, so `He said "no." Then ...` stayed one sentence (issue 35); it abbreviates
+    only before a number ("No. 5", "nos. 3-4")."""
+    text = 'He said "no." Then he left. She said no. It rained. See No. 5 and nos. 3-4 of the list. Done.'
+    assert [s.text for s in E.split_sentences(text)] == [
+        'He said "no."', "Then he left.", "She said no.", "It rained.", "See No. 5 and nos. 3-4 of the list.",
+        "Done."]
+
+
 def test_a_long_wrapped_sentence_reaches_the_reader_whole():
     """README's install sentence (~400 characters over four lines) was cut at a line end before the version, so the
     sentence holding "5-7 minutes" never reached the model."""

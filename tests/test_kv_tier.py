@@ -126,6 +126,24 @@ def test_the_count_comes_from_the_files_and_follows_other_processes(tmp_path):
     assert not list((tmp_path / "kv").glob("*/blocks/*/*.tmp"))
 
 
+def test_the_space_lock_is_reentrant_within_an_object_and_excludes_other_processes(tmp_path):
+    space = KVSpace(tmp_path / "kv", 10**6)
+    probe = ("import sys; from filelock import FileLock, Timeout\n"
+             "try:\n    FileLock(sys.argv[1]).acquire(timeout=0)\nexcept Timeout:\n    sys.exit(3)")
+
+    def other_process_gets_it() -> bool:
+        rc = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "kv" / "space.lock")], timeout=60).returncode
+        assert rc in (0, 3)
+        return rc == 0
+
+    with space._locked():
+        with space._locked():  # nested in the same object: counted, not a deadlock
+            assert not other_process_gets_it()
+        assert not other_process_gets_it()  # still held until the outermost release
+        space.tier(CONFIG).offer(key(1), BlockType.Q8_0, 1, payload(10), None, on_use=False)  # takes it inside too
+    assert other_process_gets_it()
+
+
 def test_lowering_the_budget_evicts_at_once_and_garbage_is_collected(tmp_path):
     space = KVSpace(tmp_path / "kv", 10**6)
     tier = space.tier(CONFIG)

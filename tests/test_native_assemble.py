@@ -1,4 +1,4 @@
-"""The native state-blob kernel (`kv_memory.state_blob_from_payload`) against its numpy reference,
+"""The native state-blob kernel (`engine/kv/blocks.py`'s `state_blob_from_payload`) against its numpy reference,
 `build_state_blob(decode_block(payload, v_scale=s))`: byte for byte, on synthetic blocks, on arbitrary row bytes (every
 f16 bit pattern; q8_0/q4_0 blocks with any scale, NaN/inf/subnormal included), on a real captured block, and on
 corrupt payloads (a KVFormatError, never a crash)."""

@@ -1,6 +1,6 @@
-"""Moving a KV block to new positions natively (native/src/rope_shift.c, reached through
-`kv_memory.state_blob_from_payload(move_to=..., rope=...)`): K rotated while the block is assembled instead of by
-llama.cpp's K-shift inside the next decode.
+"""Moving a KV block to new positions natively (native/src/rope_shift.c, reached through engine/kv/blocks.py's
+`state_blob_from_payload(move_to=..., rope=...)`): K rotated while the block is assembled instead of by llama.cpp's
+K-shift inside the next decode.
 
 * Against its numpy reference (`native.reference.rope_shift_k`), NORM and NEOX, fused and not, partial rotation, the
   AVX2 path and the scalar one, signed zeros: at most

@@ -141,6 +141,59 @@ def test_code_kind_bom_and_latin1(tmp_path: Path) -> None:
     assert load_document(_write(tmp_path / "README", "hello\n")).kind == "text"
 
 
+RUSSIAN = ("Смотритель маяка Орла Венн спрятала медный ключ под девятой ступенью винтовой лестницы.\n"
+           "Каждую ночь она поднималась наверх и зажигала лампу, пока рыбаки возвращались домой с уловом.\n"
+           "Утром начальник порта записывал в журнал приливы и отливы, а чайки кружили над причалом.\n")
+JAPANESE = ("灯台守のオルラ・ヴェンは、真鍮の鍵を螺旋階段の九段目の下に隠した。\n"
+            "毎晩、彼女は上に登ってランプに火を灯し、漁師たちは港に帰ってきた。\n"
+            "朝になると港長は潮の満ち引きを帳簿に書き、カモメが桟橋の上を飛んでいた。\n")
+
+
+@pytest.mark.parametrize("text,encoding", [
+    (RUSSIAN, "cp1251"),                  # was read as cp1252: mojibake ("Ñìîòðèòåëü")
+    (JAPANESE, "shift_jis"),              # was refused as a binary file
+    (RUSSIAN + JAPANESE, "utf-16"),       # with a BOM (Python's utf-16 writes one)
+    ("Caf\u00e9 cr\u00e8me, na\u00efve \u201cquotes\u201d \u2014 \u20ac5.\n", "cp1252"),
+    ("caf\u00e9 cr\u00e8me\n", "latin-1"),
+    ("Zur\u00fcck zur Stra\u00dfe, sch\u00f6n und gr\u00fcn.\n", "cp1252"),
+])
+def test_text_of_an_unknown_encoding_is_read_in_it(tmp_path: Path, text: str, encoding: str) -> None:
+    """Text files that are not UTF-8 are read in the encoding charset-normalizer finds (issue 35): the old chain,
+    UTF-8 then cp1252 then latin-1, read cp1251 as mojibake and refused Shift-JIS as binary."""
+    f = tmp_path / "notes.txt"
+    f.write_bytes((text * 3).encode(encoding))
+    doc = load_document(f)
+    assert doc.text == text * 3
+    assert doc.n_lines == (text * 3).count("\n")
+
+
+def test_a_byte_the_encoding_found_cannot_decode_is_replaced_not_misread(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(sources, "DETECT_BYTES", 2000)  # the stray byte lies past the sample
+    f = tmp_path / "notes.txt"
+    f.write_bytes((RUSSIAN * 20).encode("cp1251") + b"\x98" + RUSSIAN.encode("cp1251"))  # 0x98: unused in cp1251
+    assert load_document(f).text == RUSSIAN * 20 + "\ufffd" + RUSSIAN
+
+
+def test_an_html_page_that_declares_no_charset_is_read_in_the_encoding_found(tmp_path: Path) -> None:
+    page = tmp_path / "page.html"  # was read as cp1252 (mojibake)
+    body = "".join(f"<p>{line}</p>" for line in RUSSIAN.splitlines())
+    page.write_bytes(f"<html><head><title>Маяк</title></head><body><main>{body}</main></body></html>".encode("cp1251"))
+    text = load_document(page).text
+    assert RUSSIAN.splitlines()[0] in text and "Маяк" in text
+
+
+def test_a_long_file_is_read_in_the_encoding_its_first_foreign_text_shows(tmp_path: Path, monkeypatch) -> None:
+    """The encoding is judged on a sample around the first non-ASCII byte, not on a pure-ASCII head; the whole file
+    is then decoded a block at a time (seams included)."""
+    monkeypatch.setattr(sources, "READ_BYTES", 1000)
+    monkeypatch.setattr(sources, "DETECT_BYTES", 5000)
+    head = "".join(f"ascii line {i}\n" for i in range(3000))
+    text = head + JAPANESE * 40
+    f = tmp_path / "log.txt"
+    f.write_bytes(text.encode("shift_jis"))
+    assert load_document(f).text == text
+
+
 def test_binary_file_is_rejected(tmp_path: Path) -> None:
     blob = tmp_path / "data.txt"
     blob.write_bytes(b"abc\x00\x01\x02" * 100)

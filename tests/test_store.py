@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import sqlite3
+import subprocess
 import sys
 from pathlib import Path
 
@@ -366,6 +368,29 @@ def test_second_writer_is_busy(tmp_path, rng):
         assert b.search_dense(events[0].embedding, 1)[0][0] == events[0].id
     a.close()
     b.close()
+
+
+def test_store_imports_without_fcntl(tmp_path):
+    """store/ imported fcntl at module level, so it could not be imported on Windows (issue 35). Its locks are
+    filelock's now (store/file_lock.py: flock on Unix, LockFileEx on Windows): with fcntl missing, store/ imports
+    and a store opens and reads. (Without fcntl off Windows filelock falls back to lock-file existence, which the
+    store's always-present `lock` file does not suit; Windows itself gets msvcrt locks.)"""
+    code = f"""
+import sys
+sys.modules["fcntl"] = None  # as on Windows: `import fcntl` fails
+import warnings
+warnings.simplefilter("ignore")  # filelock says it falls back to its soft lock
+from pathlib import Path
+from episodic_cli.store import Store, StoreIdentity
+from episodic_cli.store.kv_tier import KVSpace
+with Store.create_or_open(Path({str(tmp_path / "st")!r}), StoreIdentity(**{dataclasses.asdict(IDENTITY)!r})):
+    pass
+with Store.open_existing(Path({str(tmp_path / "st")!r})) as st:
+    print(st.stats()["n_documents"], st.search_lexical("anything", 3))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["0", "[]"]
 
 
 def test_stats_and_health(store, rng):

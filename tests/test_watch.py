@@ -12,14 +12,14 @@ import sys
 import threading
 import time
 
-from conftest import prose_lines, tier_block_paths
+from conftest import interruptible, prose_lines, tier_block_paths
 
 WAIT_S = 180  # a change is debounced (0.8 s), then read by the 135M model: seconds on 2 busy cores
 
 
 class Watcher:
     def __init__(self, docs, store, *extra):
-        self.proc = subprocess.Popen(
+        self.proc = interruptible(  # Ctrl-C stops it, even when pytest runs as a background job
             [sys.executable, "-m", "episodic_cli", "ingest", str(docs), "--store", str(store), "--answer-model",
              "none", "--json", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.records: queue.Queue = queue.Queue()
@@ -53,6 +53,25 @@ def stored(store) -> dict[str, str]:
     out = subprocess.run([sys.executable, "-m", "episodic_cli", "ls", "--store", str(store), "--json"],
                          capture_output=True, text=True, check=True).stdout
     return {os.path.basename(d["path"]): d["status"] for d in json.loads(out)["documents"]}
+
+
+def test_a_child_gets_ctrl_c_even_when_the_tests_run_as_a_background_job():
+    """A background job of a shell starts with SIGINT ignored, and its children inherit that: `epi ingest --watch`
+    never received the test's Ctrl-C when pytest ran with `&` (issue 35). The children the tests interrupt are
+    started with SIGINT at its default (conftest.interruptible)."""
+    ignored = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a background job starts
+    try:
+        proc = interruptible([sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(60)"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    finally:
+        signal.signal(signal.SIGINT, ignored)
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == -signal.SIGINT and "KeyboardInterrupt" in proc.stderr.read()
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_watch_follows_additions_edits_renames_and_removals(tmp_path):

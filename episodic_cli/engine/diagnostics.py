@@ -54,7 +54,7 @@ def layered_attention() -> str:
 
 
 def block_moves(model: LlamaModel) -> str:
-    """How KV blocks loaded at new positions get their keys rotated with this model (engine/event_keys.k_shift)."""
+    """How KV blocks loaded at new positions get their keys rotated with this model (engine/kv/keys.py, k_shift)."""
     reason = k_shift_left_to_llama_cpp(rope_params(model), model)
     if reason is None:
         return "native: K is rotated to a block's new place as it loads (plain RoPE, KV cache on the CPU)"

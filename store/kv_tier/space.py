@@ -2,7 +2,7 @@
 
 Layout under the store's `kv/` directory:
 
-    kv/space.lock                     flock held while blocks are written or removed (any process, any tier)
+    kv/space.lock                     held while blocks are written or removed (any process, any tier; file_lock.py)
     kv/space.stamp                    rewritten after every change, so another process knows to count again
     kv/<tier_id>/tier.json            the tier's TierConfig (model, llama.cpp build, cache setup, block kind)
     kv/<tier_id>/seen                 keys of blocks refused once for lack of room (the admission filter)
@@ -24,7 +24,6 @@ What is learnt from the systems that cache KV on disk for a living (research not
 from __future__ import annotations
 
 import errno
-import fcntl
 import heapq
 import os
 import shutil
@@ -36,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..file_lock import exclusive_lock
 from .rep_keys import encoded_size
 from .block_file import (
     BLOCK_SUFFIX,
@@ -158,7 +158,7 @@ class KVSpace:
         self._budget_of = budget_bytes if callable(budget_bytes) else (lambda n=int(budget_bytes): n)
         self._used: int | None = None     # bytes of block files, counted from the files under the lock
         self._stamp_seen: bytes | None = None
-        self._lock_depth = 0
+        self._lock = exclusive_lock(self.kv_dir / LOCK_NAME)  # re-entrant within this object
         # Eviction order: a heap of (mtime, path), built from one scan when first needed and kept up to date by this
         # process (its writes pushed, touched files re-queued when popped); rebuilt when another process changed the
         # space. Scanning every file per eviction cost 1.3 s at 45,000 blocks (bench/kv_space.py).
@@ -232,18 +232,12 @@ class KVSpace:
     def _locked(self) -> Iterator[None]:
         """The space lock (re-entrant within this object); the count is refreshed whenever another process (or a
         crash) may have changed the files since this process last counted them."""
-        if self._lock_depth:
-            self._lock_depth += 1
-            try:
+        if self._lock.is_locked:
+            with self._lock:
                 yield
-            finally:
-                self._lock_depth -= 1
             return
         self.kv_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.kv_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            self._lock_depth = 1
+        with self._lock:  # waits while another process writes or removes blocks
             stamp = self._read_stamp()
             if self._used is None or stamp != self._stamp_seen:
                 for tmp in self._temporary_files():  # a writer holds this lock while it writes: these are orphans
@@ -257,10 +251,6 @@ class KVSpace:
                 self._stamp_seen = stamp
                 self._lru = None
             yield
-        finally:
-            self._lock_depth = 0
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
 
     def _read_stamp(self) -> bytes | None:
         try:

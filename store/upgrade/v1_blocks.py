@@ -1,5 +1,5 @@
 """Reader of store format 1's single append-only KV block file (kv/blocks.ekv, kv/blocks.N.ekv after a compaction),
-kept only so that upgrade_v1.py can move its blocks into the per-model tiers of format 2.
+kept only so that upgrade/v1.py can move its blocks into the per-model tiers of format 2.
 
 Layout (little-endian):
     file header  magic b"EPIKVBLK" | u32 format version | u32 n | n bytes of JSON (KVFileHeader) | u32 crc32(JSON)

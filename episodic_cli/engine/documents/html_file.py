@@ -1,7 +1,7 @@
 """A saved web page or a page of a built documentation site (.html, .htm) as a block document (blocks.py).
 
-The bytes are decoded by the charset the page declares (a BOM, <meta charset>, or http-equiv), else UTF-8, else
-cp1252; lxml then parses the page and markup_text.py keeps its main content without the navigation around it.
+The bytes are decoded by the charset the page declares (a BOM, <meta charset>, or http-equiv), else UTF-8, else the
+encoding charset-normalizer finds (encoding.py); lxml then parses the page and markup_text.py keeps its main content without the navigation around it.
 
 Plain engine module: no terminal output.
 """
@@ -12,11 +12,12 @@ import re
 from pathlib import Path
 
 from .blocks import BlockDocument, BlockWriter
+from .encoding import DETECT_BYTES, guess_encodings
 from .markup_text import main_root, write_blocks
 
 HTML_EXTS = frozenset({".html", ".htm", ".xhtml"})
 # A page is read whole by lxml (about ten times its size in memory); a bigger "page" is a data dump, not a document.
-MAX_HTML_BYTES = 20 * 1024 * 1024
+MAX_HTML_BYTES = 20 * 10**6  # 20 MB, decimal
 
 _CHARSET_RE = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.I)
 
@@ -44,7 +45,13 @@ def decode(data: bytes) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        return data.decode("cp1252", errors="replace")
+        pass
+    # No declared charset and not UTF-8: the encoding charset-normalizer finds (cp1251, Shift-JIS, cp1252, ...).
+    sample = data[:DETECT_BYTES]
+    if len(data) > DETECT_BYTES and b"\n" in sample:
+        sample = sample[: sample.rfind(b"\n") + 1]  # whole characters only
+    guesses = guess_encodings(sample)
+    return data.decode(guesses[0] if guesses else "cp1252", errors="replace")
 
 
 def parse(text: str):
@@ -65,7 +72,7 @@ def read_html(data: bytes, spool_dir: Path | None = None) -> BlockDocument:
     """The page's main text as blocks; its <title> opens it as a heading when the content has no <h1>."""
     if len(data) > MAX_HTML_BYTES:
         raise NotReadable(f"{len(data) / 1e6:.0f} MB of HTML is more than one page holds (epi reads pages up to "
-                          f"{MAX_HTML_BYTES // (1024 * 1024)} MB); save the page's text instead")
+                          f"{MAX_HTML_BYTES // 10**6} MB); save the page's text instead")
     root = parse(decode(data))
     content = main_root(root)
     writer = BlockWriter(spool_dir)

@@ -22,6 +22,7 @@ import pathspec
 from . import page_ocr, structure
 from .blocks import BlockDocument
 from .docx_file import DOCX_EXT, read_docx
+from .encoding import DETECT_BYTES, guess_encodings
 from .epub_file import EPUB_EXT, read_epub
 from .html_file import HTML_EXTS, NoText, NotReadable, read_html
 from .text import Text, TextSpool, close_text, count_newlines
@@ -33,10 +34,11 @@ from ..heap import release_free_memory
 # quiet unless the application configures logging itself (records still propagate to its handlers).
 logging.getLogger("pypdf").addHandler(logging.NullHandler())
 
-MAX_FILE_BYTES = 20 * 1024 * 1024
+# Sizes are decimal (20 MB = 20 * 10**6 bytes), as everywhere epi reads or shows one.
+MAX_FILE_BYTES = 20 * 10**6
 # EPUB and Word files are zip archives whose size is mostly pictures: a walk takes them up to this size.
-MAX_PACKAGE_BYTES = 200 * 1024 * 1024
-MAX_JSON_BYTES = 1024 * 1024
+MAX_PACKAGE_BYTES = 200 * 10**6
+MAX_JSON_BYTES = 10**6
 READ_BYTES = 1 << 20  # a file is read and decoded this much at a time
 _SNIFF_BYTES = 8192
 
@@ -71,6 +73,7 @@ SKIP_DIRS = frozenset(
 _BINARY_HINT = "epi reads PDF, EPUB, HTML, Word (.docx), text, Markdown, reST and source code"
 # C0 controls other than the whitespace/escape ones real text uses, plus DEL and C1 (a latin-1 decode of binary).
 _CONTROL_RE = re.compile(r"[\x00-\x07\x0e-\x1a\x1c-\x1f\x7f-\x9f]")
+_NON_ASCII_RE = re.compile(rb"[\x80-\xff]")
 _MULTI_NEWLINE_RE = re.compile(r"\n{3,}")
 _TRAILING_WS_RE = re.compile(r"[ \t\f\v]+$", re.MULTILINE)
 
@@ -93,7 +96,7 @@ class SourceDocument:
     path: Path
     display_path: str
     kind: str  # "pdf" | "text" | "code"
-    text: Text  # a str, or for a long text a SpooledText read by slices (document_text.py)
+    text: Text  # a str, or for a long text a SpooledText read by slices (documents/text.py)
     content_sha256: str
     page_starts: list[int] | None
     n_pages: int | None
@@ -298,11 +301,12 @@ def _walk_dir(directory: Path, top_rel: str, display_rel: str, rules: _Rules) ->
             continue
         package = name.lower().endswith(_PACKAGE_EXTS)
         if size > (MAX_PACKAGE_BYTES if package else MAX_FILE_BYTES):
-            limit = "200 MB" if package else "20 MB"
+            limit = f"{(MAX_PACKAGE_BYTES if package else MAX_FILE_BYTES) // 10**6} MB"
             yield Skipped(path, f"larger than {limit} (pass the file explicitly to ingest it anyway)")
             continue
         if name.lower().endswith(".json") and size > MAX_JSON_BYTES:
-            yield Skipped(path, "JSON file larger than 1 MB, probably data (pass it explicitly to ingest it)")
+            yield Skipped(path, f"JSON file larger than {MAX_JSON_BYTES // 10**6} MB, probably data (pass it "
+                                "explicitly to ingest it)")
             continue
         if not package and not name.lower().endswith(PDF_EXT):  # PDFs and zips legitimately hold binary
             try:
@@ -553,12 +557,31 @@ class _Empty(Exception):
     """Whitespace only."""
 
 
-def _decode_into(file, codec: str, refuse_nul: bool, spool: TextSpool, binary: SourceError) -> tuple[str, int]:
+def _detection_sample(file) -> bytes:
+    """What charset-normalizer judges a text that is not UTF-8 on: up to DETECT_BYTES of the file from a little before
+    its first non-ASCII byte (a long ASCII head says nothing about the encoding), cut after the sample's last line
+    end so that no multi-byte character is cut in two (no legacy encoding uses byte 0x0A inside a character)."""
+    file.seek(0)
+    offset = 0
+    for block in iter(lambda: file.read(READ_BYTES), b""):
+        m = _NON_ASCII_RE.search(block)
+        if m is None:
+            offset += len(block)
+            continue
+        file.seek(max(0, offset + m.start() - 4096))
+        sample = file.read(DETECT_BYTES)
+        cut = sample.rfind(b"\n")
+        return sample[: cut + 1] if cut > 0 and len(sample) == DETECT_BYTES else sample
+    return b""
+
+
+def _decode_into(file, codec: str, refuse_nul: bool, spool: TextSpool, binary: SourceError,
+                 errors: str = "strict") -> tuple[str, int]:
     """Decode the whole file with `codec` a block at a time into `spool`, newlines normalised (so that line numbers
     match an editor's); (the file's sha256, its number of lines). Raises `binary` for a binary file's marks."""
     file.seek(0)
     sha = hashlib.sha256()
-    decoder = codecs.getincrementaldecoder(codec)("strict")
+    decoder = codecs.getincrementaldecoder(codec)(errors)
     n_decoded = controls = newlines = 0
     carried_cr, last, has_text = False, "", False
     while True:
@@ -619,7 +642,7 @@ def _load_blocks(path: Path, shown: str, kind: str, spool_dir: Path | None) -> S
 def load_document(path: Path, display_path: str | None = None, spool_dir: Path | None = None,
                   on_page: Callable[[int, int], None] | None = None) -> SourceDocument:
     """Read one file into a SourceDocument. The file is read a block at a time and a long text is spooled to a
-    temporary file in `spool_dir` (document_text.py): memory does not grow with the file's size. `on_page(page,
+    temporary file in `spool_dir` (documents/text.py): memory does not grow with the file's size. `on_page(page,
     pages)` is called before each scanned page OCR reads (seconds a page)."""
     path = Path(path)
     shown = display_path if display_path is not None else str(path)
@@ -656,17 +679,24 @@ def load_document(path: Path, display_path: str | None = None, spool_dir: Path |
                                       None, outline or None, text_bytes=spool.utf8_bytes, note=note)
             binary = SourceError(f"{shown} looks like a binary file; {_BINARY_HINT}", path)
             if head.startswith((b"\xff\xfe", b"\xfe\xff")):  # UTF-16 with BOM (e.g. Windows PowerShell output)
-                tries = [("utf-16", False)]
+                tries = [("utf-16", False, "strict")]
             else:
-                # Legacy 8-bit text: cp1252 (a latin-1 superset for printable chars, common on Windows) after UTF-8,
-                # then latin-1, which never fails; the control-character count rejects binary that got this far.
-                tries = [("utf-8-sig", True), ("cp1252", True), ("latin-1", True)]
-            for codec, refuse_nul in tries:
+                tries = [("utf-8-sig", True, "strict")]
+            guesses: list[str] | None = None
+            while tries:
+                codec, refuse_nul, errors = tries.pop(0)
                 try:
-                    sha, n_lines = _decode_into(file, codec, refuse_nul, spool, binary)
+                    sha, n_lines = _decode_into(file, codec, refuse_nul, spool, binary, errors)
                 except _NotThisCodec:
                     spool.discard()
                     spool = TextSpool(spool_dir)
+                    if guesses is None and refuse_nul:
+                        # Not UTF-8: the encoding charset-normalizer finds likeliest (cp1251, Shift-JIS, cp1252, ...),
+                        # judged on a sample; should the rest of the file not decode in it, the bytes it cannot decode
+                        # are replaced (a lower-ranked encoding that happens to decode every byte reads worse). None
+                        # at all: not text. The control-character count still rejects binary that got this far.
+                        guesses = guess_encodings(_detection_sample(file))[:1]
+                        tries = [(g, True, "strict") for g in guesses] + [(g, True, "replace") for g in guesses]
                     continue
                 return SourceDocument(resolved, shown, _kind_for(path), spool.finish(), sha, None, None, n_lines,
                                       text_bytes=spool.utf8_bytes)
@@ -677,7 +707,7 @@ def load_document(path: Path, display_path: str | None = None, spool_dir: Path |
     except OSError as exc:
         spool.discard()
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise  # the ingest run stops on a full disk with what it needs (ingest.py)
+            raise  # the ingest run stops on a full disk with what it needs (ingest/pipeline.py)
         raise SourceError(f"{shown} cannot be read ({exc.strerror or exc})", path) from None
     except BaseException:
         spool.discard()

@@ -6,7 +6,7 @@ sources._read_pdf) placed where their title appears on the page, headings detect
 outline, Markdown (ATX and setext) and reST (adorned titles) headings, plain-text headings ("CHAPTER III",
 "Chapter 3: Title", "3. Title", "2.4 Title", underlined titles), Python classes and functions (the `ast` module) and,
 for other languages, a regex over definition lines with an indentation-based end. Headings are found in one pass
-over the lines, reading ahead two (a document_text.Text may be a spooled long text). `event_section(index, c0, c1)`
+over the lines, reading ahead two (a text.Text may be a spooled long text). `event_section(index, c0, c1)`
 is what an event stores (events.section, docs/store-format.md): the path of sections that covers most of it and the
 other paths it touches; `describe` turns that into the citation's words (`ch. 3 "The Betrayal"`,
 `class Cache, def get`).

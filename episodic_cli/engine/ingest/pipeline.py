@@ -50,7 +50,7 @@ class IngestResult:
                 **({"note": self.note} if self.note else {})}
 
 
-MB = 2**20
+MB = 10**6  # decimal, as every size epi shows
 # Bytes per stored KV value by block type: ggml's q8_0 packs 32 values in 34 bytes, q4_0 in 18.
 KV_VALUE_BYTES = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
 EMBEDDING_ROW_BYTES = 4096  # a 384-float embedding, its index entry and the event row's other columns

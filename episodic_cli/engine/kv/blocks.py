@@ -351,7 +351,7 @@ def state_blob_from_payload(payload: bytes | bytearray | memoryview | np.ndarray
     `v_trans`: V's layout in the blob, which must be the destination context's (transposed unless flash attention
     is on; `session_v_trans`); None keeps the layout the block was captured in. Payload rows are per cell either
     way, so a block captured with flash attention off loads into a context with it on, and back.
-    `move_to` with `rope` (event_keys.k_shift: the model's plain RoPE): the block's first position becomes `move_to`
+    `move_to` with `rope` (keys.k_shift: the model's plain RoPE): the block's first position becomes `move_to`
     and K is rotated to the new positions here, as llama.cpp's K-shift would rotate it inside the next decode; the
     blob then loads at its place with nothing left to shift (that pass re-rotates every cell of the cache)."""
     buf, lay = _payload_layout(payload, kind)

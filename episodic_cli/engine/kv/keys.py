@@ -86,7 +86,7 @@ def k_shift_left_to_llama_cpp(rope: RopeParams, model: LlamaModel) -> str | None
 
 
 def k_shift(rope: RopeParams, model: LlamaModel) -> native.RopeShift | None:
-    """How to rotate K for a block moved to a new position (delta 0 here; kv_memory sets it), or None when the move
+    """How to rotate K for a block moved to a new position (delta 0 here; kv/blocks.py sets it), or None when the move
     is left to llama.cpp's K-shift at the next decode (k_shift_left_to_llama_cpp says why)."""
     if k_shift_left_to_llama_cpp(rope, model) is not None:
         return None

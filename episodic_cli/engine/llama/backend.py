@@ -217,7 +217,7 @@ class WindowState:
 
 class LlamaSession:
     """One llama.cpp context on a model: unified KV cache, F16 K/V, flash attention off unless asked for (the
-    layered answerer's; stored blocks take a context's V layout when loaded: kv_memory.session_v_trans), and a
+    layered answerer's; stored blocks take a context's V layout when loaded: kv/blocks.py, session_v_trans), and a
     reusable token batch."""
 
     def __init__(self, model: LlamaModel, n_ctx: int, n_threads: int | None = None, n_seq_max: int = 2,

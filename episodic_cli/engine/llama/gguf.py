@@ -197,6 +197,6 @@ def describe_damage(path: Path) -> str | None:
     except OSError as exc:
         return f"it cannot be read ({exc.strerror or exc})"
     if header.truncated:
-        return (f"it is truncated: its header describes {header.data_bytes_needed / 2**20:,.1f} MB of model data "
-                f"but the file holds only {header.file_bytes / 2**20:,.1f} MB")
+        return (f"it is truncated: its header describes {header.data_bytes_needed / 1e6:,.1f} MB of model data "
+                f"but the file holds only {header.file_bytes / 1e6:,.1f} MB")
     return None

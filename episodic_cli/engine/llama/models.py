@@ -140,7 +140,7 @@ def _expansion_failure(source: Path, target_dir: Path, rc: int) -> EpiError:
     free = shutil.disk_usage(target_dir).free
     needed = 2 * read_gguf_header(source).n_params  # the F16 form: two bytes per weight
     if free < needed:
-        return EpiError(f"disk full: {needed / 2**20:,.0f} MB needed, {free / 2**20:,.0f} MB free at {target_dir} "
+        return EpiError(f"disk full: {needed / 1e6:,.0f} MB needed, {free / 1e6:,.0f} MB free at {target_dir} "
                         f"to expand {source.name} to F16; free some space or set EPI_HOME to a larger disk")
     return EpiError(f"llama.cpp could not expand {source.name} to F16 (code {rc}) although its header and size look "
                     f"sound; check that {target_dir} is writable, or run with EPI_DEBUG=1 to see llama.cpp's log")

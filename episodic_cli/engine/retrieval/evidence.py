@@ -32,9 +32,12 @@ _CAMEL_RE = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 _SENTENCE_END_RE = re.compile(r"""[.!?]["')\]]*(?=\s)|\n[ \t]*\n""")
 # A full stop that does not end a sentence: after these abbreviations, or after one capital letter (an initial).
 ABBREVIATIONS = frozenset("""
-mr mrs ms dr prof st sr jr vs etc e.g i.e cf al fig figs no nos vol vols ch chap sec ed eds pp p approx ca inc ltd
+mr mrs ms dr prof st sr jr vs etc e.g i.e cf al fig figs vol vols ch chap sec ed eds pp p approx ca inc ltd
 co corp dept est jan feb mar apr jun jul aug sep sept oct nov dec ref refs eq eqs op viz resp
 """.split())
+# Abbreviations that are also everyday words ("no", "nos"): only before a number ("No. 5", "nos. 3-4"); `He said
+# "no." Then ...` is two sentences.
+NUMBER_ABBREVIATIONS = frozenset({"no", "nos"})
 _WORD_BEFORE_RE = re.compile(r"([A-Za-z][A-Za-z.]*)\.$")
 # Units without a sentence end (code, tables, lists) are cut at line ends past this length; a sentence that does end
 # with a full stop stays whole up to PROSE_SENTENCE_CHARS (a long wrapped sentence must reach the model whole).
@@ -126,6 +129,8 @@ def _ends_sentence(text: str, m: re.Match) -> bool:
         return False
     gap = text[m.end(): m.end() + 40]
     rest = gap.lstrip(" \t")  # on the same line only: a line that starts in lower case may be a list or code
+    if word.lower() in NUMBER_ABBREVIATIONS and m.group(0) == "." and rest[:1].isdigit():
+        return False  # "No. 5"; a closing quote ('"no."') ends the sentence whatever follows
     return not (rest[:1].islower() and len(rest) < len(gap))
 
 
