@@ -41,7 +41,10 @@ def test_ask_json_contract(shared_ask):
     out = json.loads(shared_ask.stdout)
     assert set(out) == {"answer", "mode", "sources", "retrieved_tokens", "kv_loaded_tokens", "kv_prefilled_tokens",
                         "kv_relinked_tokens",
-                        "timings", "scope", "evidence", "supported", "narrowed", "layered", "short_answer", "left_cold"}
+                        "timings", "scope", "evidence", "supported", "narrowed", "layered", "short_answer", "left_cold",
+                        "kind", "read", "search", "sentences"}
+    assert out["kind"] == "lookup" and out["read"] is None and out["search"] is None  # test_whole_scope.py
+    assert isinstance(out["sentences"], list)
     assert isinstance(out["evidence"], list) and isinstance(out["supported"], bool)  # checked in test_evidence.py
     assert out["scope"] == {"restricted_to": None, "notes": []}  # the question names no chapter, page or file
     assert out["layered"] is None  # per-layer selection is off unless asked for (test_layered.py)

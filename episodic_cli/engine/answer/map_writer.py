@@ -138,7 +138,7 @@ def plan_parts(document: DocumentRecord, events: list[EventRecord], room: int) -
 
 
 def short_name(path: str) -> str:
-    """A document as a summary request names it: its file name and folder ("dotenv/cli.py"), not the whole path."""
+    """A document as a summary request names it: its folder and file name, not the whole path."""
     parts = path.replace(os.sep, "/").rstrip("/").split("/")
     return "/".join(parts[-2:])
 
