@@ -1,5 +1,7 @@
 """Which questions read a part whole, which read the map, which are lookups (engine/retrieval/question_kind.py). The
 phrasings are the issue's and the research notes' examples, not the held-out sets' questions."""
+import dataclasses
+
 import pytest
 
 from episodic_cli.engine.retrieval.question_kind import QuestionKind, classify
@@ -35,8 +37,25 @@ def test_kinds(question, kind):
 
 def test_a_module_named_in_words_is_a_file_scope():
     scope = parse("What does the platformdirs.unix module do?")
-    assert "platformdirs/unix.*" in scope.files and "*platformdirs/unix/__init__.py" in scope.files
+    assert "platformdirs/unix.*" in scope.files and "platformdirs/unix/__init__.py" in scope.files
     assert parse("what does this module do?").files == []
+    assert parse("How does it decide whether a value from the .env file replaces one?").files == []
+
+
+def test_a_module_name_matches_that_module_not_one_ending_in_its_name(tmp_path):
+    import numpy as np
+
+    from episodic_cli.engine.retrieval.scope import documents_matching
+    from episodic_cli.store import Store
+    from test_store import IDENTITY, make_doc
+
+    rng = np.random.default_rng(3)
+    with Store.create_or_open(tmp_path / "s", IDENTITY) as st:
+        for path in ("pkg/dotenv/__init__.py", "pkg/env/__init__.py", "pkg/env.py"):
+            doc, events = make_doc(path, ["x"], rng)
+            st.replace_document(dataclasses.replace(doc, path=path, content_sha256=path), events)
+        assert sorted(documents_matching(st, parse("what does the env module do?").files).values()) == [
+            "pkg/env.py", "pkg/env/__init__.py"]
 
 
 @pytest.mark.parametrize("question", [

@@ -47,7 +47,7 @@ _KEYWORD_AFTER_RE = re.compile(r"`?\b(?P<sym>[A-Za-z_]\w*)`?\s+(?:class|function
 _IDENT_RE = re.compile(r"\b(?P<sym>[a-z]\w*_\w*[a-z0-9]|[a-z]+[A-Z]\w*|[A-Z][a-z0-9]+[A-Z]\w*)\b")
 _NOT_SYMBOLS = frozenset("e.g i.e etc.al vs".split())
 # "the cache module", "module `cache`", "the utils package": a file named so (cache.py, cache/__init__.py, cache.rs).
-_MODULE_RE = re.compile(r"\b(?:the\s+)?`?(?P<a>[A-Za-z_][\w.]*)`?\s+(?:module|package|file)\b"
+_MODULE_RE = re.compile(r"(?<![\w.])(?:the\s+)?`?(?P<a>[A-Za-z_][\w.]*)`?\s+(?:module|package|file)\b"
                         r"|\b(?:module|package)\s+`?(?P<b>[A-Za-z_][\w.]*)`?", re.I)
 _NOT_MODULES = frozenset("this that which each every a an the its main whole same other one python code source "
                          "test config".split())
@@ -113,7 +113,7 @@ def parse(question: str) -> Scope:
         if name.lower() in _NOT_MODULES or name.lower() in STOP_WORDS or any(a <= m.start() < b for a, b in files):
             continue
         path = name.replace(".", "/")
-        for glob in (f"{path}.*", f"*{path}/__init__.py", f"*{path}/mod.rs", f"*{path}/index.*"):
+        for glob in (f"{path}.*", f"{path}/__init__.py", f"{path}/mod.rs", f"{path}/index.*"):  # in any folder
             _add(scope.files, glob)
         files.add(m.span())
     for m in _DOTTED_RE.finditer(question):
