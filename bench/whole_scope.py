@@ -27,14 +27,14 @@ DOCS = [Path(f"/usr/share/vim/vim90/doc/usr_{n}.txt") for n in (10, 11, 12)]
 QUESTION = "Summarise chapter 10."
 
 
-def first_token(ws: Workspace, st: Store, mode: str) -> dict:
+def first_token(ws: Workspace, st: Store, mode: str, question: str = QUESTION) -> dict:
     holder = {}
 
     def stop() -> bool:  # the first token is what is timed
         return bool(holder["result"].answer.text)
 
     t0 = time.perf_counter()
-    result, stream = ws.ask(st, QUESTION, mode=mode, kind=QuestionKind.WHOLE, should_stop=lambda: stop())
+    result, stream = ws.ask(st, question, mode=mode, kind=QuestionKind.WHOLE, should_stop=lambda: stop())
     holder["result"] = result
     for _ in stream:
         break
@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--store", type=Path, default=cache_dir() / "bench-whole-scope")
     ap.add_argument("--model", default="qwen-1.5b")
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--question", default=QUESTION, help="a whole-part question about a part of --store's documents")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--out", type=Path, default=Path("bench/results/whole_scope.json"))
     args = ap.parse_args(argv)
@@ -64,14 +65,14 @@ def main(argv: list[str] | None = None) -> int:
             ws.answerer(mode, st, whole=True)
         for i in range(args.repeat):
             for mode in (("kv", "text") if i % 2 == 0 else ("text", "kv")):
-                row = first_token(ws, st, mode)
+                row = first_token(ws, st, mode, args.question)
                 rows.append(row)
                 print(f"  {mode:<4} first token {row['first_token_s']:7.2f} s  ({row['read']}; loaded "
                       f"{row['kv_loaded']:,}, prefilled {row['kv_prefilled']:,})", flush=True)
     ws.close()
     kv = statistics.median(r["first_token_s"] for r in rows if r["mode"] == "kv")
     text = statistics.median(r["first_token_s"] for r in rows if r["mode"] == "text")
-    summary = {"question": QUESTION, "model": args.model, "threads": args.threads or os.cpu_count(),
+    summary = {"question": args.question, "store": str(args.store), "model": args.model, "threads": args.threads or os.cpu_count(),
                "kv_first_token_median_s": kv, "text_first_token_median_s": text,
                "text_over_kv": round(text / kv, 1), "rows": rows,
                "load_average": os.getloadavg()}
