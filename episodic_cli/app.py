@@ -423,6 +423,31 @@ def map_documents(model: str, store: str | None, threads: int | None, documents:
         ws.close()
 
 
+@app.command("mcp")
+@handle_errors
+def mcp_command(
+    http: Annotated[Optional[int], typer.Option("--http", min=1, max=65535, metavar="PORT", help="Serve streamable HTTP on 127.0.0.1:PORT (path /mcp) instead of stdio.", show_default=False)] = None,
+    store: StoreOpt = None,
+    model: ModelOpt = None,
+    threads: ThreadsOpt = None,
+) -> None:
+    """Serve the store to AI assistants and editors over the Model Context Protocol (stdio; `--http PORT` for
+    streamable HTTP on localhost). The model stays loaded between calls.
+
+    Tools: `search`, `ask` (streams the answer as progress), `read_event`, `list_documents`, `summary`; each
+    document's outline is a resource. Questions run one at a time. The setup for Claude Desktop, Claude Code,
+    Cursor and VS Code is in docs/usage.md ("MCP server"). Example:  claude mcp add epi -- epi mcp --store books
+    """
+    try:
+        from .mcp_server import serve
+    except ImportError as exc:
+        if "mcp" not in str(exc):
+            raise
+        raise EpiError("`epi mcp` needs the MCP SDK, which is not installed: pip install 'epi[mcp]' (./install.sh "
+                       "installs it)") from None
+    serve(store, model, threads, http)
+
+
 @app.command("ls")
 @handle_errors
 def list_documents(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
