@@ -41,7 +41,9 @@ def test_ask_json_contract(shared_ask):
     out = json.loads(shared_ask.stdout)
     assert set(out) == {"answer", "mode", "sources", "retrieved_tokens", "kv_loaded_tokens", "kv_prefilled_tokens",
                         "kv_relinked_tokens",
-                        "timings", "scope", "evidence", "supported", "narrowed", "layered", "short_answer", "left_cold"}
+                        "timings", "scope", "evidence", "supported", "narrowed", "layered", "short_answer", "left_cold",
+                        "kind", "read", "search", "sentences"}  # test_whole_scope.py checks these four
+    assert out["kind"] == "lookup" and out["read"] is None and out["search"] is None
     assert isinstance(out["evidence"], list) and isinstance(out["supported"], bool)  # checked in test_evidence.py
     assert out["scope"] == {"restricted_to": None, "notes": []}  # the question names no chapter, page or file
     assert out["layered"] is None  # per-layer selection is off unless asked for (test_layered.py)
@@ -54,7 +56,8 @@ def test_ask_json_contract(shared_ask):
     assert out["sources"]
     for s in out["sources"]:
         assert set(s) == {"document", "page", "page_end", "line_start", "line_end", "section", "event_id", "score",
-                          "text"}
+                          "text", "summary_of"}
+        assert s["summary_of"] is None  # a lookup reads events; a summary of the map names what it covers
         assert (s["page"] is None) == (s["page_end"] is None) and (s["page"] or 0) <= (s["page_end"] or 0)
         assert s["section"] is None or isinstance(s["section"], str)
         assert isinstance(s["document"], str) and isinstance(s["text"], str) and s["text"]
