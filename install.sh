@@ -18,7 +18,8 @@
 # neither (the bundled SmolLM2-135M still answers).
 #
 # OCR for scanned PDFs (RapidOCR with onnxruntime and OpenCV, ~290 MB) is installed too; --no-ocr leaves it out
-# (scanned pages are then named at ingest, not read).
+# (scanned pages are then named at ingest, not read). So is the MCP SDK (`mcp`, ~25 MB with its dependencies) that
+# `epi mcp` serves the archive with.
 set -euo pipefail
 cd "$(dirname "$0")"
 answer_model=1.5b
@@ -39,7 +40,7 @@ case "$answer_model" in
     none) extras="test" ;;
     *) echo "install.sh: --answer-model takes 1.5b, 0.5b, both or none, not '$answer_model'" >&2; exit 2 ;;
 esac
-extras="$extras$ocr"
+extras="$extras,mcp$ocr"  # mcp: `epi mcp`, the MCP server (its test runs with the rest)
 PYTHON="${PYTHON:-python3}"
 pip_install() { "$PYTHON" -m pip install --disable-pip-version-check "$@"; }
 

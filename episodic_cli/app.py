@@ -16,6 +16,7 @@ import typer
 from typer.core import TyperGroup
 
 from . import __version__, render
+from .api import Archive, check_doc_globs, nothing_to_ingest, parse_size, unknown_event
 from .engine.budgets import COLD_PREFILL_SECONDS, DEFAULT_K, LAYER_BUDGET, POOL_TOKENS_RANGE
 from .engine.documents.blocks import BLOCK_KINDS
 from .engine.documents.sources import Skipped, discover, document_format
@@ -34,7 +35,6 @@ from .engine.paths import data_dir, store_path
 from .engine.prompt import check_question_length
 from .engine.retrieval.citations import printable
 from .engine.retrieval.question_kind import QuestionKind
-from .engine.retrieval.scope import documents_matching
 from .engine.workspace import MAX_EVENT_TOKENS, MODES, Workspace, apply_kv_budget
 from .store import Store, StoreError
 
@@ -100,19 +100,6 @@ class ReadChoice(str, enum.Enum):
 
 ReadOpt = Annotated[ReadChoice, typer.Option("--read", help="How much an answer reads: `lookup` the best few passages; `whole` the part the question names (a chapter, section, file, class), whole; `overview` the map's summaries (`epi map`); `auto` chooses from the question.")]
 KVBudgetOpt = Annotated[Optional[str], typer.Option("--kv-budget", help="Disk the store may use for KV blocks, all models together (e.g. `500MB`, `20GB`, `0`); kept in the store. Default 10GB.", show_default=False)]
-
-_SIZE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
-               "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-
-
-def parse_size(text: str) -> int:
-    """'500MB', '20GB', '1.5GiB', '0' -> bytes (decimal units as disks are sold; KiB/MiB/GiB binary)."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
-    unit = match and _SIZE_UNITS.get(match.group(2).lower())
-    if not match or unit is None:
-        raise EpiError(f"cannot read the size {text!r}: write it like 500MB, 20GB or 1.5GiB")
-    return int(float(match.group(1)) * unit)
-
 
 def handle_errors(fn: Callable) -> Callable:
     """Every failure a user can cause ends as one line on stderr and a non-zero exit, never a traceback."""
@@ -245,11 +232,6 @@ def follow_changes(st: Store, ingestor, paths: list[Path], changes, as_json: boo
             ingestor.finish_run()
 
 
-def check_doc_globs(st: Store, globs: list[str] | None) -> None:
-    if globs and not documents_matching(st, globs):
-        raise EpiError(f"--doc {' '.join(globs)} matches no document in the store; `epi ls` lists them")
-
-
 def check_pool(pool: int | None, layered: bool) -> None:
     if pool is not None and not layered:
         raise EpiError("--pool sizes the pool of --layered answers; add --layered, or leave --pool out")
@@ -258,14 +240,6 @@ def check_pool(pool: int | None, layered: bool) -> None:
         raise EpiError(f"--pool {pool}: a layered pool holds {low:,}-{high:,} tokens (each layer sees "
                        f"{LAYER_BUDGET:,} of them, so a smaller pool leaves nothing to choose); leave --pool out for "
                        "the default, what the answer context holds")
-
-
-def nothing_to_ingest(skipped: list[Skipped]) -> str:
-    if not skipped:
-        return "nothing to ingest: no readable files under the given paths"
-    reasons = "; ".join(f"{s.path}: {s.reason}" for s in skipped[:3])
-    more = f"; and {len(skipped) - 3} more" if len(skipped) > 3 else ""
-    return f"nothing to ingest: {reasons}{more}"
 
 
 @app.command()
@@ -302,40 +276,35 @@ def ask(
     mode = mode.value if mode is not None else None  # the engine takes the plain string
     check_question_length(question)  # before any loading: a pasted page is refused at once
     check_pool(pool, layered)
-    ws = Workspace(model, store, threads, warn=render.warning, on_prepare=render.prepare_progress(quiet=as_json))
-    ws.layered_pool = pool or 0
+    archive = Archive(store, model, threads, warn=render.warning, on_prepare=render.prepare_progress(quiet=as_json))
     try:
-        with Store.open_existing(ws.store_dir) as st:
-            check_doc_globs(st, doc)  # a typo fails before the model loads
-            with render.status("loading model", quiet=as_json):
-                ws.check_store(st)
-                ws.embedder.load(batches=False)  # before timing starts
-                ws.answerer(mode or ws.default_mode(st), st, layered)
-            history = last_turn(ws.store_dir) if continue_ else None
-            if continue_ and not history:
-                raise EpiError("--continue follows up the last `epi ask` on this store, and there is none yet; ask "
-                               "the question on its own")
-            search = ws.condense(history, question) if history else None
-            result, stream = ws.ask(st, question, k=k, mode=mode, neighbours=neighbours, epman=epman, docs=doc,
-                                    narrow=None if whole is None else not whole, layered=layered, short=short,
-                                    cold_seconds=cold_seconds or None, history=history, search=search,
-                                    kind=read.kind)
-            if not as_json:
-                render.scope(result.scope)
-                render.reading(result)
-                render.left_cold(result)
-            if as_json:
-                for _ in stream:
-                    pass
-                print(json.dumps(result.as_json(), ensure_ascii=False))
-            else:
-                render.stream_answer(stream)
-                render.evidence(result)
-                render.sources(result.retrieved, grouped=result.kind is not QuestionKind.LOOKUP)
-                render.timings(result)
-            remember_turn(ws.store_dir, question, result.answer.text)
+        check_doc_globs(archive.store, doc)  # a typo fails before the model loads
+        with render.status("loading model", quiet=as_json):
+            archive.workspace.layered_pool = pool or 0
+            archive.load(mode, layered)
+        history = last_turn(archive.store_dir) if continue_ else None
+        if continue_ and not history:
+            raise EpiError("--continue follows up the last `epi ask` on this store, and there is none yet; ask "
+                           "the question on its own")
+        result, stream = archive.begin(question, k=k, mode=mode, neighbours=neighbours, epman=epman, doc=doc,
+                                       narrow=None if whole is None else not whole, layered=layered, pool=pool,
+                                       short=short, cold_seconds=cold_seconds, history=history, read=read.value)
+        if not as_json:
+            render.scope(result.scope)
+            render.reading(result)
+            render.left_cold(result)
+        if as_json:
+            for _ in stream:
+                pass
+            print(json.dumps(result.as_json(), ensure_ascii=False))
+        else:
+            render.stream_answer(stream)
+            render.evidence(result)
+            render.sources(result.retrieved, grouped=result.kind is not QuestionKind.LOOKUP)
+            render.timings(result)
+        remember_turn(archive.store_dir, question, result.answer.text)
     finally:
-        ws.close()  # the model and contexts go, whatever stopped the answer
+        archive.close()  # the model and contexts go, whatever stopped the answer
 
 
 LAST_TURN = "last-answer.json"
@@ -475,6 +444,31 @@ def map_documents(model: str, store: str | None, threads: int | None, documents:
         ws.close()
 
 
+@app.command("mcp")
+@handle_errors
+def mcp_command(
+    http: Annotated[Optional[int], typer.Option("--http", min=1, max=65535, metavar="PORT", help="Serve streamable HTTP on 127.0.0.1:PORT (path /mcp) instead of stdio.", show_default=False)] = None,
+    store: StoreOpt = None,
+    model: ModelOpt = None,
+    threads: ThreadsOpt = None,
+) -> None:
+    """Serve the store to AI assistants and editors over the Model Context Protocol (stdio; `--http PORT` for
+    streamable HTTP on localhost). The model stays loaded between calls.
+
+    Tools: `search`, `ask` (streams the answer as progress), `read_event`, `list_documents`, `summary`; each
+    document's outline is a resource. Questions run one at a time. The setup for Claude Desktop, Claude Code,
+    Cursor and VS Code is in docs/usage.md ("MCP server"). Example:  claude mcp add epi -- epi mcp --store books
+    """
+    try:
+        from .mcp_server import serve
+    except ImportError as exc:
+        if "mcp" not in str(exc):
+            raise
+        raise EpiError("`epi mcp` needs the MCP SDK, which is not installed: pip install 'epi[mcp]' (./install.sh "
+                       "installs it)") from None
+    serve(store, model, threads, http)
+
+
 @app.command("ls")
 @handle_errors
 def list_documents(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
@@ -509,7 +503,7 @@ def show(
     with Store.open_existing(store_path(store)) as st:
         events = st.get_events([event_id])
         if not events:
-            raise EpiError(f"no event {event_id} in store {st.path}; `epi ask --json` lists event ids")
+            raise EpiError(unknown_event(event_id, st.path))
         ev = events[0]
         doc = st.get_document(ev.document_id)
         if as_json:

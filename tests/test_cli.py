@@ -57,7 +57,8 @@ def test_ask_json_contract(shared_ask):
     assert out["sources"]
     for s in out["sources"]:
         assert set(s) == {"document", "page", "page_end", "line_start", "line_end", "section", "event_id", "score",
-                          "text"}
+                          "text", "summary_of"}
+        assert s["summary_of"] is None  # a lookup reads events; a summary of the map names what it covers
         assert (s["page"] is None) == (s["page_end"] is None) and (s["page"] or 0) <= (s["page_end"] or 0)
         assert s["section"] is None or isinstance(s["section"], str)
         assert isinstance(s["document"], str) and isinstance(s["text"], str) and s["text"]
