@@ -1,9 +1,23 @@
-"""`epi chat`: a read-eval-print loop over one store, with conversation history for follow-up questions."""
+"""`epi chat`: a read-eval-print loop over one store, with conversation history for follow-up questions.
+
+At a terminal the line is read by prompt_toolkit: its own line editing (rich's prompt before readline's input() was
+erased by Backspace and Ctrl-U, rich#2293), the questions kept across sessions in epi's data directory
+(`chat-history`) and the /commands completed by Tab. Piped or scripted input is read by input(), line by line."""
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Callable, Iterator
+
+from prompt_toolkit import PromptSession
+from prompt_toolkit.completion import CompleteEvent, Completer, Completion
+from prompt_toolkit.document import Document
+from prompt_toolkit.formatted_text import FormattedText
+from prompt_toolkit.history import FileHistory, History, InMemoryHistory
 from rich.markup import escape
 
 from . import render
+from .engine.paths import data_dir
 from .engine.prompt import check_question_length
 from .engine.errors import EpiError
 from .engine.retrieval.scope import documents_matching, names_a_place
@@ -15,24 +29,66 @@ HELP = """commands:
   /reset     forget the conversation (start a new topic)
   /k N       retrieve N events per question (now {k})
   /doc GLOB  answer only from documents matching GLOB (several: /doc a.pdf 'src/*.py'); /doc alone: all (now {docs})
-  /help      this help
+  /help      this help (at a terminal: Tab completes a command, Up and Ctrl-R recall earlier lines)
   /exit      leave (or Ctrl-D); Ctrl-C stops an answer without leaving"""
 HISTORY_TURNS = 2  # earlier question/answer pairs kept in the prompt; a 135M model loses track beyond that
+COMMANDS = ("/sources", "/reset", "/k", "/doc", "/help", "/exit")  # what Tab completes (HELP's order)
+HISTORY_FILE = "chat-history"  # in data_dir(): the lines typed at `epi chat`, prompt_toolkit's FileHistory format
+
+
+class CommandCompleter(Completer):
+    """The /commands, completed only as the line's first word: a question that mentions "/so" is left alone."""
+
+    def get_completions(self, document: Document, complete_event: CompleteEvent) -> Iterator[Completion]:
+        word = document.text_before_cursor.lstrip()
+        if not word.startswith("/") or any(c.isspace() for c in word):
+            return
+        for command in COMMANDS:
+            if command.startswith(word):
+                yield Completion(command, start_position=-len(word))
+
+
+def _terminal() -> bool:
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def _history() -> History:
+    """The lines typed before, in the data directory (readable by its owner only: questions can be private); kept in
+    memory for this session alone when that directory cannot be written."""
+    path = data_dir() / HISTORY_FILE
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+    except OSError as exc:
+        render.warning(f"chat history is not kept: {exc}")
+        return InMemoryHistory()
+    return FileHistory(path)
+
+
+def line_reader() -> Callable[[], str]:
+    """A function that reads the next line typed, raising EOFError at the end (Ctrl-D) and KeyboardInterrupt on
+    Ctrl-C: prompt_toolkit at a terminal, input() otherwise (piped or scripted input, tests)."""
+    if not _terminal():
+        try:
+            import readline  # noqa: F401 - line editing for input() where stdin is a terminal but stdout is not
+        except ImportError:  # pragma: no cover - Windows
+            pass
+        return lambda: render.out.input("[bold cyan]epi>[/] ")
+    session: PromptSession[str] = PromptSession(history=_history(), completer=CommandCompleter())
+    prompt = FormattedText([("bold ansicyan", "epi>"), ("", " ")])
+    return lambda: session.prompt(prompt)
 
 
 def run_repl(ws: Workspace, store: Store, k: int, epman: bool = False, docs: list[str] | None = None,
              layered: bool = False, short: bool = True, cold_seconds: float | None = None) -> None:
-    try:
-        import readline  # noqa: F401 - line editing and history for input()
-    except ImportError:  # pragma: no cover - Windows
-        pass
+    read_line = line_reader()
     history: list[dict[str, str]] = []
     last_question = ""
     last_sources = []
     render.err.print(f"chatting with store {escape(str(store.path))} · /help for commands · Ctrl-D to leave")
     while True:
         try:
-            line = render.out.input("[bold cyan]epi>[/] ").strip()
+            line = read_line().strip()
         except EOFError:
             render.out.print()
             return

@@ -132,7 +132,8 @@ def test_binary_and_empty_files_are_still_refused_when_read_in_blocks(tmp_path, 
 def test_headings_and_symbols_of_a_spooled_text_equal_the_str_ones(tmp_path, tiny_blocks):
     prose = ("CHAPTER III\nThe Storm\n\nstorm line\n\n2.4 The Lighthouse\n\nlight line\n\nTitle Here\n"
              "==========\nbody\n") * 4
-    md = "# Guide\n\ntext\n\n## Install\n\n```\n# not a heading\n```\nSetext\n------\n" * 4
+    md = ("# Guide\n\ntext\n\n## Install\n\n```\n# not a heading\n```\nSetext\n------\n"
+          "   # Indented\n\n- item\n---\n\n## Using C#\n") * 4  # a long text keeps a line scan; same headings
     rst = "=====\nIntro\n=====\n\ntext\n\nUsage\n-----\n\nmore\n" * 4
     js = "class Store {\n  get(key) {\n    return 1;\n  }\n}\nfunction helper(a) {\n  return a;\n}\n" * 4
     for name, text, parse in (("a.txt", prose, structure.text_headings), ("a.md", md, structure.markdown_headings),

@@ -154,3 +154,17 @@ def test_numbers_roman_words_and_damaged_values():
 def _write(path: Path, text: str) -> Path:
     path.write_text(text, encoding="utf-8")
     return path
+
+
+def test_markdown_headings_follow_commonmark(tmp_path):
+    """CommonMark (markdown-it-py): up to three spaces may indent an ATX heading; `- item` above `---` is a list item
+    and a thematic break, not a setext heading; a closing run of #s needs a space before it (`C#` keeps its #)."""
+    md = "\n".join(["   # Title", "intro text", "", "- item", "---", "", "after the rule", "",
+                    "## Using C#", "sharp text", "", "Real Section", "------------", "section body",
+                    "    # indented code, not a heading"])
+    heads = [(s.start, s.level, s.title) for s in structure.markdown_headings(md)]
+    assert heads == [(0, 1, "Title"), (md.index("## Using"), 2, "Using C#"),
+                     (md.index("Real Section"), 2, "Real Section")]
+    doc = load_document(_write(tmp_path / "notes.md", md))
+    assert _paths(doc, "after the rule")["path"] == [["section", None, "Title"]]
+    assert _paths(doc, "section body")["path"] == [["section", None, "Title"], ["section", None, "Real Section"]]

@@ -3,13 +3,13 @@ functions that enclose a piece of code.
 
 `extract(doc)` finds the document's sections as character ranges: PDF outline entries (pypdf, read by
 sources._read_pdf) placed where their title appears on the page, headings detected on PDF pages when there is no
-outline, Markdown (ATX and setext) and reST (adorned titles) headings, plain-text headings ("CHAPTER III",
-"Chapter 3: Title", "3. Title", "2.4 Title", underlined titles), Python classes and functions (the `ast` module) and,
-for other languages, a regex over definition lines with an indentation-based end. Headings are found in one pass
-over the lines, reading ahead two (a text.Text may be a spooled long text). `event_section(index, c0, c1)`
-is what an event stores (events.section, docs/store-format.md): the path of sections that covers most of it and the
-other paths it touches; `describe` turns that into the citation's words (`ch. 3 "The Betrayal"`,
-`class Cache, def get`).
+outline, Markdown (ATX and setext, by markdown-it-py's CommonMark parse) and reST (adorned titles) headings,
+plain-text headings ("CHAPTER III", "Chapter 3: Title", "3. Title", "2.4 Title", underlined titles), Python classes and
+functions (the `ast` module) and, for other languages, a regex over definition lines with an indentation-based end.
+Other headings are found in one pass over the lines, reading ahead two (a text.Text may be a spooled long text).
+`event_section(index, c0, c1)` is what an event stores (events.section, docs/store-format.md): the path of sections
+that covers most of it and the other paths it touches; `describe` turns that into the citation's words
+(`ch. 3 "The Betrayal"`, `class Cache, def get`).
 
 A node is [kind, number, title]: kind "part", "chapter", "appendix", "section" (a numbered or plain heading) or a
 code keyword ("class", "def", "function", "fn", ...); number as written in the document ("III", "02.1") or None.
@@ -25,11 +25,12 @@ from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cache
 from itertools import islice
 
 import numpy as np
 
-from .text import Text, iter_lines
+from .text import IN_MEMORY_CHARS, Text, iter_lines
 
 CODE_KINDS = frozenset("class def function func fn method struct enum trait impl interface module object sub".split())
 TITLE_MAX = 80          # longer "headings" are sentences
@@ -47,7 +48,13 @@ _CHAPTER_RE = re.compile(
     rf"^(?P<kind>chapter|chap\.|part|book|appendix)\s+(?P<num>{NUMBER_ALT}|[a-z])\b\.?\s*(?:[:.\-\u2013\u2014]\s*)?"
     r"(?P<title>.*)$", re.I)
 _NUMBERED_RE = re.compile(r"^\*?(?P<num>\d{1,3}(?:\.\d{1,3})*)(?:\*|\.)?[ \t]+(?P<title>\S.*)$")
-_MD_ATX_RE = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t]*#*[ \t]*$")
+# The line scan's Markdown (markdown_headings on a spooled text): an ATX heading indented up to 3 spaces, whose closing
+# #s need a blank before them; a setext underline; lines that open a block a setext title cannot be (a list item, a
+# block quote, a thematic break, an ATX heading).
+_MD_ATX_RE = re.compile(r"^ {0,3}(#{1,6})(?=[ \t]|$)(.*)$")
+_MD_ATX_CLOSE_RE = re.compile(r"(?:^|[ \t])#+$")
+_MD_SETEXT_RE = re.compile(r"^ {0,3}(?:=+|-+)[ \t]*$")
+_MD_NOT_PARAGRAPH_RE = re.compile(r"^ {0,3}(?:[-+*](?:[ \t]|$)|\d{1,9}[.)](?:[ \t]|$)|>|#{1,6}(?:[ \t]|$))")
 _FENCE_RE = re.compile(r"^[ \t]{0,3}(```|~~~)")
 _ADORNMENT_RE = re.compile(r"^([=\-~^*+#`:'\"_.])\1{2,}[ \t]*$")
 
@@ -228,8 +235,56 @@ def text_headings(text: Text, page_lines: bool = False) -> list[Section]:
     return sections_from_heads(heads, len(text))
 
 
+MARKDOWN_PARSE_MAX_CHARS = IN_MEMORY_CHARS  # longer Markdown keeps the line scan (markdown_headings says why)
+
+
 def markdown_headings(text: Text) -> list[Section]:
-    """ATX (# Title) and setext (Title / ===) headings outside fenced code blocks; the level is the #s."""
+    """ATX (# Title) and setext (Title / ===) headings, as CommonMark reads them (markdown-it-py): not in fenced or
+    indented code, up to three spaces of indent, `- item` above `---` a list item and a rule; the level is the #s
+    (= is 1, - is 2). Only top-level headings are sections: one inside a list item or a block quote is not.
+
+    A text short enough to be held as a str (IN_MEMORY_CHARS, 2M characters) is parsed in one go: markdown-it holds
+    every block's tokens at once (2M characters of list-heavy Markdown: ~80 MB for ~3 s, beside minutes of ingest
+    for such a file). A longer text is spooled to disk to keep memory bounded, and a CommonMark parse cannot go a
+    slice at a time (a list or a fence runs across any cut), so it keeps the line scan, which follows the same rules
+    for the usual cases but does not track lists or block quotes."""
+    if isinstance(text, str) and len(text) <= MARKDOWN_PARSE_MAX_CHARS:
+        return _markdown_headings_parsed(text)
+    return _markdown_headings_scanned(text)
+
+
+@cache
+def _markdown_parser():
+    from markdown_it import MarkdownIt
+
+    # Block structure only: the inline rules (emphasis, links) would build a token tree for every paragraph, and a
+    # heading's title is its inline token's source text, which the block parse already sets.
+    return MarkdownIt("commonmark").disable(["inline", "text_join"])
+
+
+def _markdown_heading(pos: int, level: int, source: str) -> tuple[int, int, str, str | None, str]:
+    title = " ".join(source.split())  # a setext title may run over several lines
+    kind, number, title = parse_heading(title, strict=False) or ("section", None, title)
+    return pos, level, kind, number, title
+
+
+def _markdown_headings_parsed(text: str) -> list[Section]:
+    # markdown-it counts a lone \r as a line break; a space in its place keeps its line numbers those of split("\n").
+    tokens = _markdown_parser().parse(text.replace("\r", " ") if "\r" in text else text)
+    starts = line_offsets(text)
+    heads = []
+    for i, token in enumerate(tokens):
+        if token.type != "heading_open" or token.level != 0 or not token.map:
+            continue
+        source = tokens[i + 1].content if i + 1 < len(tokens) and tokens[i + 1].type == "inline" else ""
+        if source.strip():
+            heads.append(_markdown_heading(int(starts[token.map[0]]), int(token.tag[1:]), source))
+    return sections_from_heads(heads, len(text))
+
+
+def _markdown_headings_scanned(text: Text) -> list[Section]:
+    """The line scan for texts too long to parse whole (see markdown_headings): fences, ATX and setext headings by
+    CommonMark's line rules, read as a stream two lines at a time."""
     heads, fenced = [], None
     for _, pos, line, _, following in _line_windows(text, ahead=1):
         fence = _FENCE_RE.match(line)
@@ -239,14 +294,14 @@ def markdown_headings(text: Text) -> list[Section]:
         if fenced:
             continue
         m = _MD_ATX_RE.match(line)
-        nxt = following[0][1].strip() if following else ""
+        nxt = following[0][1] if following else ""
         if m:
-            kind, number, title = parse_heading(m.group(2), strict=False) or ("section", None, m.group(2))
-            heads.append((pos, len(m.group(1)), kind, number, title))
-        elif line.strip() and line[:1] not in (" ", "\t") and re.fullmatch(r"=+|-+", nxt) and len(nxt) >= 2 \
-                and not _ADORNMENT_RE.match(line.strip()):
-            kind, number, title = parse_heading(line, strict=False) or ("section", None, line.strip())
-            heads.append((pos, 1 if nxt[0] == "=" else 2, kind, number, title))
+            source = _MD_ATX_CLOSE_RE.sub("", m.group(2).strip()).strip()
+            if source:
+                heads.append(_markdown_heading(pos, len(m.group(1)), source))
+        elif (_MD_SETEXT_RE.match(nxt) and line.strip() and not line.startswith("    ") and line[:1] != "\t"
+              and not _MD_NOT_PARAGRAPH_RE.match(line) and not _ADORNMENT_RE.match(line.strip())):
+            heads.append(_markdown_heading(pos, 1 if nxt.strip()[0] == "=" else 2, line))
     return sections_from_heads(heads, len(text))
 
 
