@@ -307,14 +307,16 @@ def ask(
         archive.close()  # the model and contexts go, whatever stopped the answer
 
 
-LAST_TURN = "last-answer.json"
+def _turn_path(store_dir: Path) -> Path:
+    """Where the last turn on a store is kept: epi's data directory, a file per store named by its path."""
+    return data_dir() / "conversations" / (re.sub(r"[^\w.-]", "_", str(store_dir.resolve())) + ".json")
 
 
 def remember_turn(store_dir: Path, question: str, answer: str) -> None:
     """The last question and answer on a store, for `epi ask --continue` (best effort: a read-only folder only loses
     the follow-up)."""
     try:
-        path = data_dir() / "conversations" / (re.sub(r"[^\w.-]", "_", str(store_dir.resolve())) + ".json")
+        path = _turn_path(store_dir)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"question": question, "answer": answer.strip()}))
     except OSError:
@@ -322,9 +324,8 @@ def remember_turn(store_dir: Path, question: str, answer: str) -> None:
 
 
 def last_turn(store_dir: Path) -> list[dict[str, str]] | None:
-    path = data_dir() / "conversations" / (re.sub(r"[^\w.-]", "_", str(store_dir.resolve())) + ".json")
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(_turn_path(store_dir).read_text())
         return [{"role": "user", "content": data["question"]}, {"role": "assistant", "content": data["answer"]}]
     except (OSError, ValueError, KeyError, TypeError):
         return None
