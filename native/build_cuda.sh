@@ -13,7 +13,8 @@
 #           (12.1, 12.6 and 12.9 looked at) ships ptxas, libnvvm and headers but no nvcc (docs/benchmarks.md,
 #           "GPU offload and the CUDA build").
 #   auto    (default) system where nvcc is found, else pip.
-# Without a GPU, libcuda.so is a stub made here for the link; the driver's libcuda.so.1 is used at run time.
+# Where the toolkit has no libcuda.so stub (pip's have none), one is made here from cuda.h for the link; the
+# driver's libcuda.so.1 is what runs.
 #
 # Environment:
 #   CUDA_ARCHITECTURES  CMAKE_CUDA_ARCHITECTURES: default the GPU's own (nvidia-smi), else llama.cpp's portable list
@@ -97,7 +98,7 @@ pip_toolkit() {  # CUDA 13 from pip, laid out as a toolkit nvcc and CMake unders
     fi
     [ -x "$root/bin/nvcc" ] || die "pip installed no nvcc at $root/bin/nvcc"
     # nvcc.profile looks for $TOP/targets/x86_64-linux/{include,lib}; the wheels put them at $TOP/{include,lib}
-    mkdir -p "$root/targets/x86_64-linux" "$root/lib/stubs"
+    mkdir -p "$root/targets/x86_64-linux"
     ln -sfn ../../include "$root/targets/x86_64-linux/include"
     ln -sfn ../../lib "$root/targets/x86_64-linux/lib"
     local so
@@ -166,8 +167,13 @@ if ! has_cublas "$root"; then
     runtime_dirs="$runtime_dirs:$cublas/lib"
 fi
 if ! ls "$root"/lib*/stubs/libcuda.so "$root"/targets/*/lib/stubs/libcuda.so >/dev/null 2>&1; then
-    # the driver API stub (toolkits ship one in lib64/stubs; pip's do not): only for the link, never loaded
-    echo 'void epi_libcuda_stub(void) {}' > "$work/stub.c"
+    # The driver API stub toolkits ship in lib64/stubs: every function cuda.h declares (after its _v2 renames),
+    # soname libcuda.so.1. An empty stub would link too, but the linker (--as-needed) would then record no
+    # libcuda.so.1 and leave cuMemCreate & co. unresolved, failing at the first CUDA call.
+    printf '#include <cuda.h>\n' | ${CC:-cc} -E -P -I"$root/include" -I"$root/targets/x86_64-linux/include" -x c - |
+        grep -o '\bcu[A-Z][A-Za-z0-9_]*[[:space:]]*(' | tr -d '( \t' | sort -u |
+        sed 's/.*/void &(void) {}/' > "$work/stub.c"
+    [ -s "$work/stub.c" ] || die "found no driver API functions in $root's cuda.h to make a libcuda.so stub from"
     ${CC:-cc} -shared -fPIC -o "$extra/lib/stubs/libcuda.so" -Wl,-soname,libcuda.so.1 "$work/stub.c"
 fi
 export CPATH="$extra/include${CPATH:+:$CPATH}"
@@ -197,6 +203,8 @@ fi
 args="$args -DGGML_CUDA=on${CUDA_ARCHITECTURES:+ -DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCHITECTURES}"
 # where the toolkit is: passed to this build only, not part of the flags install.sh keys its cache by
 toolkit_args="-DCMAKE_CUDA_COMPILER=$nvcc -DCUDAToolkit_ROOT=$root -DCMAKE_CUDA_FLAGS=-I$extra/include"
+# pip's libcudart/libcublas are on no loader path: the libraries look for them where they are (epi's cache)
+[ "$toolkit" = pip ] && toolkit_args="$toolkit_args -DCMAKE_SHARED_LINKER_FLAGS=-Wl,-rpath,$root/lib"
 say "CMAKE_ARGS: $args"
 say "architectures: ${CUDA_ARCHITECTURES:-the portable list of llama.cpp}; $JOBS jobs"
 
