@@ -101,7 +101,7 @@ def test_truncated_bundled_model_is_blamed_on_the_file_not_the_cache(tmp_path, s
     trunc = truncated_copy(bundled_model_path(), tmp_path / "SmolLM2-cut.gguf")
     before = stored(shared_store.store_dir)
     result = invoke("ingest", shared_store.text, "--model", trunc, "--store", shared_store.store_dir)
-    err = assert_one_line_error(result, str(trunc), "truncated", "10.0 MB", "copy or download it again")
+    err = assert_one_line_error(result, str(trunc), "truncated", "10.5 MB", "copy or download it again")
     assert "cache" not in err
     assert stored(shared_store.store_dir) == before
 

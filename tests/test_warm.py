@@ -98,8 +98,11 @@ def test_ingest_prepares_the_answer_models_blocks_for_the_new_documents(second_m
                               "--json"])
     assert out.exit_code == 0, out.stderr
     lines = [json.loads(line) for line in out.stdout.splitlines()]
-    ingested, warm = lines[0], lines[-1]
+    ingested = lines[0]
+    (warm,) = [line for line in lines if "warm" in line]
+    (written,) = [line for line in lines if "map" in line]  # then the map of the new document (test_whole_scope.py)
     assert ingested["status"] == "ingested" and warm["warm"] == str(second_model)
+    assert written["per_level"]["part"] >= 1 and written["per_level"]["document"] == 1
     assert warm["events_kept"] == warm["events_to_do"] == ingested["events"] > 0
     tiers = json.loads(runner.invoke(app, ["ls", "--store", str(store_dir), "--json"]).stdout)["kv_tiers"]
     assert sorted(t["blocks"] for t in tiers) == [ingested["events"]] * 2  # the reader's and the answer model's
