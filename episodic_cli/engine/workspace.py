@@ -46,7 +46,6 @@ from .answer.map_writer import MapProgress, MapWriter
 from .answer.condense import Condenser
 from .prompt import overview_request, whole_scope_request
 from .retrieval.question_kind import QuestionKind, classify
-from .retrieval.scope import parse as parse_question_scope
 from .retrieval.summary_sources import overview as overview_summaries
 from .retrieval.summary_sources import summary_sources
 from .retrieval.whole_scope import enclosing, read_scope
@@ -338,7 +337,7 @@ class Workspace:
     def room_beside(self, question: str, history: list[dict[str, str]] | None = None) -> int:
         """Tokens of sources that fit beside this question (and chat history): room(), or less for a question that
         takes more than QUESTION_ROOM; a question leaving almost none is refused in one line."""
-        asked = len(self.model.tokenize(question)) + sum(len(self.model.tokenize(m["content"])) for m in history or [])
+        asked = self._asked_tokens(question, history)
         room = self.answer_context - ANSWER_TOKENS - max(QUESTION_ROOM, asked + PROMPT_OVERHEAD)
         if room < MIN_SOURCE_ROOM:
             raise EpiError(f"the question takes {asked:,} tokens of the answer model's {self.answer_context:,}, "
@@ -425,7 +424,7 @@ class Workspace:
         if epman and mode != "kv":
             raise EpiError("--epman weights KV blocks, so it needs kv mode (a store ingested with KV blocks)")
         if kind is None:
-            kind = QuestionKind.LOOKUP if layered or epman else classify(search, parse_question_scope(search))
+            kind = QuestionKind.LOOKUP if layered or epman else classify(search, parse_scope(search))
         if kind is QuestionKind.WHOLE:
             found = self._ask_whole(store, question, search, scope, mode, history, started, should_stop)
             if found is not None:
@@ -486,8 +485,12 @@ class Workspace:
                                  weights=weights, spans=spans, lead_spans=lead_spans or None, **options)
         return result, self._timing_cold(stream, answerer)
 
+    def _asked_tokens(self, question: str, history: list[dict[str, str]] | None) -> int:
+        """Tokens of the question and the chat history the model reads besides the sources."""
+        return len(self.model.tokenize(question)) + sum(len(self.model.tokenize(m["content"])) for m in history or [])
+
     def _whole_room(self, request: str, history: list[dict[str, str]] | None) -> int:
-        asked = len(self.model.tokenize(request)) + sum(len(self.model.tokenize(m["content"])) for m in history or [])
+        asked = self._asked_tokens(request, history)
         return self.whole_context - WHOLE_ANSWER_TOKENS - max(QUESTION_ROOM, asked + PROMPT_OVERHEAD)
 
     def _ask_whole(self, store: Store, question: str, search: str, scope: Restriction, mode: str,
@@ -501,7 +504,7 @@ class Workspace:
             ids = scope.boosted if ids is None else (scope.boosted & ids) or ids
         if not ids:
             return None
-        parsed = parse_question_scope(search)
+        parsed = parse_scope(search)
         what = scope.described or ", ".join(".".join(s) for s in parsed.symbols) or "the part named"
         text = scope.query or search
         request = whole_scope_request(question, what, False, False)
