@@ -218,7 +218,7 @@ class MapWriter:
                     state.written += 1
                     state.per_level[DOCUMENT] += 1
                 report()
-            for folder, members in self._collections(self.store.documents()).items():
+            for folder, members in collections(self.store.documents()).items():
                 if self.should_stop():
                     state.stopped = "interrupted"
                     return state
@@ -305,7 +305,7 @@ class MapWriter:
                                         doc, summaries)
         if not text:
             return False
-        events = self.store.events_of(doc.id)
+        events = [e for p in parts for e in p.events]  # the plan holds every event of the document, in order
         self._record(DOCUMENT, key, os.path.basename(doc.display_path) or doc.display_path, text, doc.content_sha256,
                      doc, events, doc.n_tokens)
         return True
@@ -318,10 +318,6 @@ class MapWriter:
         n = max(1, budget // max(1, max(len(s.text) + len(s.label) + 4 for s in summaries)))
         step = len(summaries) / n
         return [summaries[int(i * step)] for i in range(n)]
-
-    @staticmethod
-    def _collections(documents: list[DocumentRecord]) -> dict[str, list[DocumentRecord]]:
-        return collections(documents)
 
     def _write_collection(self, folder: str, members: list[DocumentRecord]) -> bool:
         key = collection_key(folder)
