@@ -11,7 +11,7 @@ import numpy as np
 from ...store import Store
 from ...store.summaries import PART, SummaryRecord
 from .retrieve import RetrievedEvent, fuse
-from .summary_sources import summary_event
+from .summary_sources import summary_event, summary_text
 
 STAND_IN_SHARE = 4  # summaries standing in for unread parts take at most 1/4 of the room
 
@@ -84,14 +84,15 @@ def _stand_ins(store: Store, items: list[RetrievedEvent], left: list[RetrievedEv
     unread: dict[int, set[int]] = {}
     for r in left:
         unread.setdefault(r.document.id, set()).add(r.event.ordinal)
+    shas = {r.document.id: r.document.content_sha256 for r in left}
     candidates = []
     for doc_id, ordinals in unread.items():
-        doc = left[0].document if left[0].document.id == doc_id else store.get_document(doc_id)
+        in_scope = {r.event.ordinal for r in items if r.document.id == doc_id}
         for s in store.summaries().of_document(doc_id):
-            if s.level != PART or s.first_ordinal is None or s.content_sha256 != doc.content_sha256:
+            if s.level != PART or s.first_ordinal is None or s.content_sha256 != shas[doc_id]:
                 continue
             covered = set(range(s.first_ordinal, s.last_ordinal + 1))
-            if covered & ordinals and covered <= _all_ordinals(items, doc_id):
+            if covered & ordinals and covered <= in_scope:
                 candidates.append((len(covered & ordinals), -len(covered), s))
     chosen: list[tuple[SummaryRecord, int]] = []
     done: set[tuple[int, int]] = set()
@@ -99,16 +100,13 @@ def _stand_ins(store: Store, items: list[RetrievedEvent], left: list[RetrievedEv
         span = set((s.document_id, o) for o in range(s.first_ordinal, s.last_ordinal + 1))
         if span <= done:
             continue
-        n = tokens_of(f"{s.label}: {s.text}") if tokens_of else len(s.text) // 4
+        text = summary_text(s)  # what the answer reads of it
+        n = tokens_of(text) if tokens_of else len(text) // 4
         if n <= room:
             chosen.append((s, n))
             room -= n
             done |= span
     return chosen
-
-
-def _all_ordinals(items: list[RetrievedEvent], doc_id: int) -> set[int]:
-    return {r.event.ordinal for r in items if r.document.id == doc_id}
 
 
 def enclosing(store: Store, hits: list[RetrievedEvent], units: int = 2) -> set[int]:
