@@ -343,26 +343,26 @@ def sentence_evidence(result, sentences) -> None:
 
 
 def _quote(result, e) -> None:
-    if True:
-        r = result.retrieved[e.index]
-        quote, marked, at = " ".join(e.quote.split()), "", 0
-        # highlight offsets refer to the quote as stored; map them onto the whitespace-squashed form shown
-        squashed = []
-        for a, b in e.highlight:
-            word = e.quote[a:b]
-            k = quote.find(word, at)
-            if k >= 0:
-                squashed.append((k, k + len(word)))
-                at = k + len(word)
-        at = 0
-        for a, b in squashed:
-            marked += escape(quote[at:a]) + f"[bold yellow]{escape(quote[a:b])}[/]"
-            at = b
-        marked += escape(quote[at:])
-        where = citation(r) if r.summary is not None else _where(printable(r.document.display_path),
-                                                                   r.document.kind, e)
-        origin = "" if r.summary is not None else f", event {r.event.id}"
-        out.print(f" [cyan]“[/]{marked}[cyan]”[/]\n   [dim]{escape(where)}{origin}[/]", soft_wrap=True)
+    """One supporting quote, the answer's words highlighted, with where it is."""
+    r = result.retrieved[e.index]
+    quote, marked, at = " ".join(e.quote.split()), "", 0
+    # highlight offsets refer to the quote as stored; map them onto the whitespace-squashed form shown
+    squashed = []
+    for a, b in e.highlight:
+        word = e.quote[a:b]
+        k = quote.find(word, at)
+        if k >= 0:
+            squashed.append((k, k + len(word)))
+            at = k + len(word)
+    at = 0
+    for a, b in squashed:
+        marked += escape(quote[at:a]) + f"[bold yellow]{escape(quote[a:b])}[/]"
+        at = b
+    marked += escape(quote[at:])
+    where = citation(r) if r.summary is not None else _where(printable(r.document.display_path),
+                                                               r.document.kind, e)
+    origin = "" if r.summary is not None else f", event {r.event.id}"
+    out.print(f" [cyan]“[/]{marked}[cyan]”[/]\n   [dim]{escape(where)}{origin}[/]", soft_wrap=True)
 
 
 def sources(retrieved, grouped: bool = False) -> None:
@@ -399,7 +399,7 @@ def sources(retrieved, grouped: bool = False) -> None:
             out.print(f" [cyan][{i}][/] {escape(citation(r))}  [dim]{escape(r.summary.model.split()[0])}[/]\n"
                       f"     {escape(excerpt)}")
             continue
-        mark = "" if r.score is not None or getattr(r, "whole", False) else " [dim](neighbour)[/]"
+        mark = "" if r.score is not None else " [dim](neighbour)[/]"
         out.print(f" [cyan][{i}][/] {escape(citation(r))}{mark}  [dim]event {r.event.id}[/]\n     {escape(excerpt)}")
 
 

@@ -83,7 +83,6 @@ def run_repl(ws: Workspace, store: Store, k: int, epman: bool = False, docs: lis
              layered: bool = False, short: bool = True, cold_seconds: float | None = None) -> None:
     read_line = line_reader()
     history: list[dict[str, str]] = []
-    last_question = ""
     last_sources = []
     render.err.print(f"chatting with store {escape(str(store.path))} · /help for commands · Ctrl-D to leave")
     while True:
@@ -104,7 +103,7 @@ def run_repl(ws: Workspace, store: Store, k: int, epman: bool = False, docs: lis
             if cmd == "/help":
                 render.out.print(HELP.format(k=k, docs=escape(" ".join(docs)) if docs else "all"))
             elif cmd == "/reset":
-                history, last_question, last_sources = [], "", []
+                history, last_sources = [], []
                 render.out.print("[dim]conversation cleared[/]")
             elif cmd == "/sources":
                 render.sources(last_sources)
@@ -138,7 +137,7 @@ def run_repl(ws: Workspace, store: Store, k: int, epman: bool = False, docs: lis
             render.scope(result.scope)
             render.reading(result)
             render.left_cold(result)
-            # The model sees the user's own words as the question; retrieval used the combined query.
+            # The model sees the user's own words as the question; retrieval used the rewrite (if any).
             answer_text = ""
             try:
                 answer_text = render.stream_answer(stream)
@@ -151,4 +150,3 @@ def run_repl(ws: Workspace, store: Store, k: int, epman: bool = False, docs: lis
             render.error(str(exc))
             continue
         history += [{"role": "user", "content": line}, {"role": "assistant", "content": answer_text.strip()}]
-        last_question = line
