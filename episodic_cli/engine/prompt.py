@@ -108,22 +108,39 @@ def sink_tokens(model: LlamaModel) -> np.ndarray:
 # Written after the question, in the same user turn: the sink (system rules) is fixed, since every block was computed
 # behind it, so whatever a kind of question needs besides is said here.
 
+def _whole_focus(question: str, code: bool) -> str:
+    """What a whole answer (or a note on part of one) should cover for this kind of question."""
+    lowered = question.lower()
+    if re.search(r"\bhow\b|\bwhy\b|\bexplain|\bdecide|\bwork", lowered):
+        return "how it works, step by step, with the conditions and values that decide each step"
+    if re.search(r"\bwho\b|\bwhom\b|\bcharacters?\b|\bpeople\b", lowered) or not code and "happen" in lowered:
+        return "the people, what each of them does and to whom, in the order it happens"
+    if code:
+        return "what it is for, its main functions or classes, and how they work together"
+    return "what happens or what it explains, in order, naming who and what is involved"
+
+
 def whole_scope_request(question: str, described: str, complete: bool, code: bool) -> str:
     """A question about a part as a whole, with what the sources are (all of it, or parts and summaries) and what a
     whole answer should cover for this kind of question."""
     what = f"all of {described}, in order" if complete else (
         f"the parts of {described} that match the question best, in order, and summaries of the rest")
-    lowered = question.lower()
-    if re.search(r"\bhow\b|\bwhy\b|\bexplain|\bdecide|\bwork", lowered):
-        focus = "how it works, step by step, with the conditions and values that decide each step"
-    elif re.search(r"\bwho\b|\bwhom\b|\bcharacters?\b|\bpeople\b", lowered) or not code and "happen" in lowered:
-        focus = "the people, what each of them does and to whom, in the order it happens"
-    elif code:
-        focus = "what it is for, its main functions or classes, and how they work together"
-    else:
-        focus = "what happens or what it explains, in order, naming who and what is involved"
     return (f"{question}\n\n(The sources are {what}. Answer from the whole of them, not only the last one, in a few "
-            f"sentences: {focus}. Use the names exactly as the sources write them.)")
+            f"sentences: {_whole_focus(question, code)}. Use the names exactly as the sources write them.)")
+
+
+def notes_request(question: str, part: int, parts: int, code: bool) -> str:
+    """Map-reduce's note on one chunk of a part read whole (engine/answer/notes.py)."""
+    return (f"Take notes on the source above (part {part} of {parts}) for this question: {question}\n"
+            f"In 2-5 short sentences, say in order what this part says that bears on it: "
+            f"{_whole_focus(question, code)}. Use the names exactly as the source writes them.")
+
+
+def notes_answer_request(question: str, described: str, code: bool) -> str:
+    """The answer written from the notes on each chunk of a part (engine/answer/notes.py)."""
+    return (f"{question}\n\n(The sources are notes taken on {described}, part by part, in order. Answer from all of "
+            f"them in a few sentences: {_whole_focus(question, code)}. Use the names exactly as the notes write "
+            "them.)")
 
 
 def overview_request(question: str) -> str:

@@ -15,12 +15,14 @@ from pathlib import Path
 from ..store import Store, StoreIdentity
 from .answer.kv_mode import KVModeAnswerer, PrepareProgress, event_block_key
 from .answer.layered import LayeredAnswerer
+from .answer.notes import NoteTaker, stream_notes_answer
 from .answer.records import Answer
 from .answer.short_answer import answer_spans, asks_for_a_fact
 from .answer.text_mode import TextModeAnswerer
 from .budgets import (ANSWER_CONTEXT, ANSWER_TOKENS, DEFAULT_K, EVIDENCE_BUDGET, LAYER_BUDGET, LAYERED_ANCHOR_TOKENS,
-                      LAYERED_POOL_K, MAX_POOL, MIN_SOURCE_ROOM, OVERVIEW_CHARS, PROMPT_OVERHEAD, QUESTION_ROOM,
-                      RELINK_TOKENS, SUMMARY_TOKENS, WARM_RUN_TOKENS, WHOLE_ANSWER_TOKENS, WHOLE_CONTEXT)
+                      LAYERED_POOL_K, MAX_POOL, MIN_SOURCE_ROOM, NOTE_TOKENS, NOTES_CHUNK_TOKENS, OVERVIEW_CHARS,
+                      PROMPT_OVERHEAD, QUESTION_ROOM, RELINK_TOKENS, SUMMARY_TOKENS, WARM_RUN_TOKENS,
+                      WHOLE_ANSWER_TOKENS, WHOLE_CONTEXT, WHOLE_METHOD)
 from .documents.structure import describe as describe_section
 from .embed.embedder import EMBED_DIM, EMBEDDER_NAME, Embedder
 from .errors import EpiError
@@ -44,7 +46,7 @@ from .retrieval.scope import resolve as resolve_scope
 from .retrieval.weights import episodic_weights
 from .answer.map_writer import MapProgress, MapWriter
 from .answer.condense import Condenser
-from .prompt import overview_request, whole_scope_request
+from .prompt import notes_answer_request, overview_request, whole_scope_request
 from .retrieval.question_kind import QuestionKind, classify
 from .retrieval.summary_sources import overview as overview_summaries
 from .retrieval.summary_sources import summary_sources
@@ -73,6 +75,7 @@ class AskResult:
     reading: str | None = None  # what a whole-scope or overview answer read: "read all of ch. 12, 7,930 tokens"
     search: str | None = None   # what retrieval looked for, when not the question (a chat follow-up's rewrite)
     embed: Callable[[str], object] | None = None  # the question encoder, for evidence by meaning (support_by_sentence)
+    notes: list[str] | None = None  # a part read in chunks, notes on each, then the answer: the notes (answer/notes.py)
 
     def sentence_support(self) -> list[SentenceSupport]:
         """Each sentence of the answer with the quote that supports it, or none (computed once complete)."""
@@ -401,6 +404,7 @@ class Workspace:
         search: str | None = None,
         cold_seconds: float | None = None,
         kind: QuestionKind | None = None,
+        whole_method: str = WHOLE_METHOD,
     ) -> tuple[AskResult, Iterator[str]]:
         """Retrieve now; return the result (filled in as the stream is consumed) and the answer stream.
         `epman` scales each block's V rows by its episodic weight in [0.9, 1.0] (kv mode only); `docs` (globs on
@@ -412,7 +416,8 @@ class Workspace:
         `narrows_by_default`). `cold_seconds`: kv mode reading whole events prefills at most what this machine reads
         in that time of the events the answer model has no block for yet; the least relevant of them are left out
         (None: no limit). `kind`: how much to read (None: as the question asks, engine/retrieval/question_kind.py):
-        a named part whole, the map's summaries for a question about the whole, or the k best events."""
+        a named part whole, the map's summaries for a question about the whole, or the k best events. `whole_method`: how
+        a part is read whole: "read" (at once) or "notes" (in chunks, notes on each, then the answer: answer/notes.py)."""
         if mode is not None and mode not in MODES:
             raise EpiError(f"unknown mode {mode!r}: use text or kv")
         if not question.strip():
@@ -426,7 +431,8 @@ class Workspace:
         if kind is None:
             kind = QuestionKind.LOOKUP if layered or epman else classify(search, parse_scope(search))
         if kind is QuestionKind.WHOLE:
-            found = self._ask_whole(store, question, search, scope, mode, history, started, should_stop)
+            found = self._ask_whole(store, question, search, scope, mode, history, started, should_stop,
+                                    method=whole_method)
             if found is not None:
                 return found
         elif kind is QuestionKind.OVERVIEW:
@@ -439,7 +445,7 @@ class Workspace:
                 wider = Restriction(allowed=enclosing(store, hits), described="the definitions or sections the best "
                                     "passages sit in", query=scope.query)
                 found = self._ask_whole(store, question, search, wider, mode, history, started, should_stop,
-                                        kind=QuestionKind.EXPLAIN)
+                                        kind=QuestionKind.EXPLAIN, method=whole_method)
                 if found is not None:
                     found[0].scope = scope
                     return found
@@ -495,7 +501,8 @@ class Workspace:
 
     def _ask_whole(self, store: Store, question: str, search: str, scope: Restriction, mode: str,
                    history: list[dict[str, str]] | None, started: float, should_stop: Callable[[], bool] | None,
-                   kind: QuestionKind = QuestionKind.WHOLE) -> tuple[AskResult, Iterator[str]] | None:
+                   kind: QuestionKind = QuestionKind.WHOLE, method: str = WHOLE_METHOD
+                   ) -> tuple[AskResult, Iterator[str]] | None:
         """A question about a named part as a whole: the part read in document order from its blocks, as far as the
         whole-scope context holds (engine/retrieval/whole_scope.py). None when the question names no part that
         resolved to events (it is then answered as a lookup)."""
@@ -521,9 +528,23 @@ class Workspace:
         result = AskResult(question, mode, retrieved, answer, scope, kind=kind,
                            reading=reading.described(what), search=search if search != question else None)
         answerer = self.answerer(mode, store, whole=True)
+        if method == "notes" and mode == "kv" and reading.read_tokens > NOTES_CHUNK_TOKENS * 3 // 2:
+            result.reading += ", with notes on each part"
+            return result, self._timing_cold(self._notes_then_answer(
+                answerer, result, what, code, history, started, should_stop), answerer)
         stream = answerer.stream(request, retrieved, history, started, answer, max_tokens=WHOLE_ANSWER_TOKENS,
                                  should_stop=should_stop)
         return result, self._timing_cold(stream, answerer)
+
+    def _notes_then_answer(self, answerer, result: AskResult, what: str, code: bool,
+                           history: list[dict[str, str]] | None, started: float,
+                           should_stop: Callable[[], bool] | None) -> Iterator[str]:
+        """Map-reduce (engine/answer/notes.py): notes on each chunk of what was read, then the answer from them."""
+        taker = NoteTaker(answerer, NOTES_CHUNK_TOKENS, NOTE_TOKENS)
+        notes = taker.notes(result.question, result.retrieved, code, should_stop)
+        result.notes = [text for _, text in notes]
+        yield from stream_notes_answer(answerer, notes_answer_request(result.question, what, code), notes, history,
+                                       started, result.answer, WHOLE_ANSWER_TOKENS, should_stop)
 
     def _ask_overview(self, store: Store, question: str, search: str, scope: Restriction, mode: str,
                       history: list[dict[str, str]] | None, started: float,
