@@ -40,7 +40,7 @@ def ensure_store(store: Path, documents: list[str], model: str) -> None:
 
 
 def ask(ws: Workspace, st: Store, question: str, history: list[dict] | None, search: str | None,
-        kind: QuestionKind | None, max_tokens: int | None) -> dict:
+        kind: QuestionKind | None, max_tokens: int | None, method: str) -> dict:
     t0 = time.perf_counter()
     holder: dict = {}
 
@@ -49,7 +49,7 @@ def ask(ws: Workspace, st: Store, question: str, history: list[dict] | None, sea
         return bool(max_tokens and r is not None and len(r.answer.text) > 4 * max_tokens)
 
     result, stream = ws.ask(st, question, k=DEFAULT_K, history=history, search=search, kind=kind,
-                            should_stop=stop, cold_seconds=None)
+                            should_stop=stop, cold_seconds=None, whole_method=method)
     holder["result"] = result
     for _ in stream:
         pass
@@ -57,7 +57,7 @@ def ask(ws: Workspace, st: Store, question: str, history: list[dict] | None, sea
     return {"answer": result.answer.text.strip(), "kind": result.kind.value, "read": result.reading,
             "search": result.search, "sources": [citation(r) for r in result.retrieved],
             "sentences_supported": sum(s.supported for s in sentences), "sentences": len(sentences),
-            "first_token_s": round(result.answer.timings.first_token_s, 2),
+            "first_token_s": round(result.answer.timings.first_token_s, 2), "notes": result.notes,
             "total_s": round(time.perf_counter() - t0, 2)}
 
 
@@ -70,10 +70,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--read", choices=["auto", "lookup"], default="auto")
     ap.add_argument("--followups", choices=["rewrite", "concat"], default="rewrite")
     ap.add_argument("--max-tokens", type=int, default=None, help="cut answers after about this many tokens")
+    ap.add_argument("--whole-method", choices=["read", "notes"], default="read",
+                    help="how a part is read whole: at once, or notes on each chunk and then the answer")
+    ap.add_argument("--qids", nargs="*", default=None, help="only these questions")
     ap.add_argument("--tag", required=True)
     ap.add_argument("--threads", type=int, default=None)
     args = ap.parse_args(argv)
     kind = None if args.read == "auto" else QuestionKind.LOOKUP
+    method = args.whole_method
     rows = []
     for path in sorted(args.sets.glob("*.json")):
         qset = json.loads(path.read_text())
@@ -85,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         ws = Workspace(args.model, str(store), args.threads)
         with Store.open_existing(ws.store_dir) as st:
             for q in qset["questions"]:
+                if args.qids and q["qid"] not in args.qids:
+                    continue
                 row = {"set": name, "qid": q["qid"], "kind": q["kind"], "question": q["question"],
                        "rubric": q.get("rubric"), "where": q.get("where")}
                 history: list[dict] = []
@@ -97,23 +103,24 @@ def main(argv: list[str] | None = None) -> int:
                     else:
                         search = (ws.condense(history, earlier) if args.followups == "rewrite" else
                                   (history[-2]["content"] + " " + earlier if history else None)) if history else None
-                        answer_text = ask(ws, st, earlier, history[-4:], search, kind, args.max_tokens)["answer"]
+                        answer_text = ask(ws, st, earlier, history[-4:], search, kind, args.max_tokens, method)["answer"]
                     history += [{"role": "user", "content": earlier}, {"role": "assistant", "content": answer_text}]
                 if history:
                     last_q = history[-2]["content"]
                     search = ws.condense(history[-4:], q["question"]) if args.followups == "rewrite" else \
                         f"{last_q} {q['question']}"
-                    row.update(ask(ws, st, q["question"], history[-4:], search, kind, args.max_tokens))
+                    row.update(ask(ws, st, q["question"], history[-4:], search, kind, args.max_tokens, method))
                     if q.get("standalone"):
-                        row["standalone_result"] = ask(ws, st, q["standalone"], None, None, kind, args.max_tokens)
+                        row["standalone_result"] = ask(ws, st, q["standalone"], None, None, kind, args.max_tokens, method)
                 else:
-                    row.update(ask(ws, st, q["question"], None, None, kind, args.max_tokens))
+                    row.update(ask(ws, st, q["question"], None, None, kind, args.max_tokens, method))
                 rows.append(row)
                 print(f"  {row['qid']:<14} {row['kind']:<12} {row['first_token_s']:6.1f}s  {row['read'] or ''}\n"
                       f"      {row['answer'][:300]!r}", flush=True)
         ws.close()
     out = HERE / "results" / f"whole-{args.tag}.json"
-    out.write_text(json.dumps({"tag": args.tag, "read": args.read, "followups": args.followups, "rows": rows},
+    out.write_text(json.dumps({"tag": args.tag, "read": args.read, "followups": args.followups,
+                               "whole_method": args.whole_method, "rows": rows},
                               indent=1, ensure_ascii=False) + "\n")
     md = [f"# Whole-scope held-out answers: {args.tag}\n"]
     for r in rows:
@@ -122,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['first_token_s']} s\n")
         if r.get("standalone_result"):
             md.append(f"**Standalone A:** {r['standalone_result']['answer']}\n")
+        if r.get("notes"):
+            md.append("*notes:*\n\n" + "\n".join(f"{i}. {n}" for i, n in enumerate(r["notes"], 1)) + "\n")
         md.append(f"*rubric:* {json.dumps(r['rubric'], ensure_ascii=False)}\n")
     out.with_suffix(".md").write_text("\n".join(md))
     print(f"wrote {out} and {out.with_suffix('.md')}")
