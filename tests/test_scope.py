@@ -42,6 +42,8 @@ GIFTS = {"I": ("a silver compass", "The Harbour"), "II": ("a green umbrella", "T
     ("what does getAndroidApiLevel return", "symbols", [["getAndroidApiLevel"]]),
     ("the class Cache", "symbols", [["Cache"]]),
     ("appendix B", "appendices", ["b"]),
+    ("Summarise the last chapter.", "chapters", ["last"]),
+    ("what happens in the final chapter?", "chapters", ["last"]),
 ])
 def test_parse_names_the_place(question, field, value):
     assert getattr(parse(question), field) == value
@@ -153,6 +155,15 @@ def test_without_a_chapter_the_same_names_come_from_other_chapters(scoped_store)
     with Store.open_existing(root / "store") as st:
         got = ws.retrieve(st, "What did Mara give Tobias?", k=3, neighbours=0)
     assert {c for r in got for c in _chapters(r)} - {"II"}  # the scope, not luck, kept the others out above
+
+
+def test_the_last_chapter_is_the_highest_numbered_one(scoped_store):
+    ws, root = scoped_store
+    with Store.open_existing(root / "store") as st:
+        scope = ws.scope(st, "What did Mara give Tobias in the last chapter?")
+        assert scope.described == "the last chapter (ch. 3)" and scope.allowed
+        got = ws.retrieve(st, "What did Mara give Tobias in the last chapter?", k=3)
+    assert got and all("III" in _chapters(r) for r in got)
 
 
 def test_a_chapter_the_book_lacks_is_said_and_everything_searched(scoped_store):

@@ -31,6 +31,9 @@ from .citations import printable
 _ORDINALS = "|".join(ORDINAL_WORDS[1:]) + r"|\d{1,3}(?:st|nd|rd|th)"
 _CHAPTER_RE = re.compile(rf"\b(?:chapters?|chap\.|ch\.)\s*(?P<num>{NUMBER_ALT})\b"
                          rf"|\b(?:the\s+)?(?P<ord>{_ORDINALS})\s+chapter\b", re.I)
+# "the last chapter": the highest-numbered chapter of each document in scope (LAST_CHAPTER as its value)
+_LAST_CHAPTER_RE = re.compile(r"\b(?:the\s+)?(?:last|final|closing)\s+chapter\b", re.I)
+LAST_CHAPTER = "last"
 _PART_RE = re.compile(rf"\b(?:part|book)\s+(?P<num>{NUMBER_ALT})\b", re.I)
 _APPENDIX_RE = re.compile(rf"\bappendix\s+(?P<num>{NUMBER_ALT}|[A-Z])\b", re.I)
 _SECTION_RE = re.compile(r"(?:\b(?:sections?|sect\.|sec\.)\s*|§\s*)(?P<num>\d{1,3}(?:\.\d{1,3})*)\b"
@@ -81,6 +84,9 @@ def parse(question: str) -> Scope:
         if value is not None and value.isdigit():
             _add(scope.chapters, value)
             take(m)
+    for m in _LAST_CHAPTER_RE.finditer(question):
+        _add(scope.chapters, LAST_CHAPTER)
+        take(m)
     for m in _PART_RE.finditer(question):
         value = number_value(m.group("num"))
         if value is not None and value.isdigit():
@@ -228,6 +234,15 @@ def resolve(store: Store, scope: Scope, doc_globs: list[str] | None = None) -> R
     ):
         found: set[int] = set()
         for value in values:
+            if test is _chapter_node and value == LAST_CHAPTER:
+                ids, shown = _last_chapters(places)
+                if ids:
+                    found |= ids
+                    labels.append(f"the last chapter ({shown})")
+                    out.places.append((_chapter_node, shown.removeprefix("ch. ")))
+                else:
+                    out.notes.append("no numbered chapters found in the archive; searching everything")
+                continue
             ids = _matching(places, lambda paths, v=value, t=test: any(t(n, v) for p in paths for n in p))
             matched = test
             if not ids and test is _chapter_node:  # no "Chapter N" heading: a top-level "N Title" or "N.x" sections
@@ -271,6 +286,24 @@ def _matching(places: list[tuple], test) -> set[int]:
         if paths and test(paths):
             ids.add(row[0])
     return ids
+
+
+def _last_chapters(places: list[tuple]) -> tuple[set[int], str]:
+    """The events of each document's highest-numbered "Chapter N", and "ch. N" (N of the first such document)."""
+    numbers: dict[int, dict[int, set[int]]] = {}  # document -> chapter number -> events
+    for row in places:
+        for path in all_paths(decode(row[7])):
+            for node in path:
+                value = number_value(node[1]) if node[0] == "chapter" else None
+                if value is not None and value.isdigit():
+                    numbers.setdefault(row[1], {}).setdefault(int(value), set()).add(row[0])
+    ids: set[int] = set()
+    shown = ""
+    for doc in sorted(numbers):
+        last = max(numbers[doc])
+        ids |= numbers[doc][last]
+        shown = shown or f"ch. {last}"
+    return ids, shown
 
 
 def _numbered_node(kind: str):
