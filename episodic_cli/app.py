@@ -16,6 +16,7 @@ import typer
 from typer.core import TyperGroup
 
 from . import __version__, render
+from . import background as background_job
 from .api import Archive, check_doc_globs, nothing_to_ingest, parse_size, unknown_event
 from .engine.budgets import COLD_PREFILL_SECONDS, DEFAULT_K, LAYER_BUDGET, POOL_TOKENS_RANGE
 from .engine.documents.blocks import BLOCK_KINDS
@@ -141,6 +142,7 @@ def ingest(
     commit_every: Annotated[int, typer.Option(min=1, help="Commit a long document every N events, so that an interrupted ingest resumes from there (run the same command again).")] = DEFAULT_COMMIT_EVERY,
     cluster: Annotated[Optional[str], typer.Option("--cluster", envvar="EPI_CLUSTER", help="Read the files on a Ray cluster's workers (this process writes the store): the head's HOST:PORT, or `local` to start one here on 127.0.0.1 (docs/cluster.md). Needs `pip install 'epi[cluster]'`.", show_default=False)] = None,
     workers: Annotated[Optional[int], typer.Option(min=1, help="With --cluster local: worker processes (default 2).", show_default=False)] = None,
+    background: Annotated[bool, typer.Option("--background", help="Prepare the answer model's blocks and the map in a background process after reading, and return at once: ask while it warms (`epi warm --status` shows how far).")] = False,
     answer_model: Annotated[Optional[str], typer.Option("--answer-model", help="After reading, prepare this model's KV blocks for the new documents (`epi warm`), so that its answers load them: default the answer model (`qwen-1.5b` when installed, or $EPI_MODEL); `none` skips it (questions then read what they can from text, see `epi ask --cold-seconds`).", show_default=False)] = None,
     write_map: Annotated[bool, typer.Option("--map/--no-map", help="After the answer model's blocks, write the map of the new documents (`epi map`): summaries that questions about a whole chapter, file or book read. --no-map leaves it for later.")] = True,
     watch: Annotated[bool, typer.Option("--watch", help="After reading, keep watching PATHS: added and changed files are read, removed or renamed ones leave the store with their KV blocks, until Ctrl-C. The store stays locked for other writers meanwhile; the answer model builds blocks for changed files when asked (or `epi warm`).")] = False,
@@ -156,7 +158,9 @@ def ingest(
     event's KV block for itself; then the answer model (`--answer-model`, by default Qwen2.5-Coder-1.5B when
     installed) prepares its own blocks for the new events, so that questions load them instead of re-reading text.
     Both keep blocks while the store's KV budget (`--kv-budget`, default 10GB) allows. `--answer-model none` is the
-    fast path: about 3.4x the speed, with the first questions reading text (docs/benchmarks.md).
+    fast path: about 3.4x the speed, with the first questions reading text (docs/benchmarks.md). `--background`
+    returns once the documents are read and prepares the blocks and the map in a background process while you ask
+    (`epi warm --status` shows how far; answers reach full quality when it is done).
     """
     if min_tokens > max_tokens:
         raise EpiError("--min-tokens must not exceed --max-tokens")
@@ -189,9 +193,12 @@ def ingest(
     answerer = chosen_answer_model(answer_model)
     new_docs = {r.path for r in results if r.status == "ingested"}
     if kv and answerer != "none" and answerer != reader and new_docs:
-        warm_documents(answerer, store, threads, new_docs, as_json)
-        if write_map:
-            map_documents(answerer, store, threads, new_docs, as_json)
+        if background:  # every event without a block, then every part without a summary: the new ones included
+            render.job_started(background_job.start_job(store_path(store), answerer, threads, write_map), as_json)
+        else:
+            warm_documents(answerer, store, threads, new_docs, as_json)
+            if write_map:
+                map_documents(answerer, store, threads, new_docs, as_json)
     if any(r.status == "failed" for r in results) or all(r.status == "skipped" for r in results):
         raise typer.Exit(1)
 
@@ -392,6 +399,11 @@ def warm(
     store: StoreOpt = None,
     model: ModelOpt = None,
     threads: ThreadsOpt = None,
+    background: Annotated[bool, typer.Option("--background", help="Prepare the blocks, then write the map, in a background process, and return at once: ask meanwhile (what has no block yet is read from text).")] = False,
+    status: Annotated[bool, typer.Option("--status", help="Show how far the background process is, and its ETA.")] = False,
+    stop: Annotated[bool, typer.Option("--stop", help="Stop the background process; what it finished is kept.")] = False,
+    write_map: Annotated[bool, typer.Option("--map/--no-map", help="With --background: write the map after the blocks.")] = True,
+    job: Annotated[bool, typer.Option("--job", hidden=True, help="Run as the background process itself.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Prepare the answer model's KV blocks for the events that have none, so that questions load them instead of
@@ -399,9 +411,33 @@ def warm(
 
     The events earlier questions retrieved come first, most retrieved first, then the rest document by document,
     until every event has its block or the KV budget is full; Ctrl-C stops it and what
-    is done is kept: run it again to go on. Example:  epi warm --model qwen-1.5b
+    is done is kept: run it again to go on. Examples:
+
+      epi warm --model qwen-1.5b
+
+      epi warm --background     (then: epi warm --status, epi warm --stop)
     """
-    warm_documents(chosen_answer_model(model), store, threads, None, as_json)
+    if sum((background, status, stop, job)) > 1:
+        raise EpiError("use one of --background, --status and --stop at a time")
+    if status or stop:
+        with Store.open_existing(store_path(store)) as st:  # a missing store fails here, plainly
+            store_dir = st.path
+        shown = background_job.stop_job(store_dir) if stop else background_job.job_status(store_dir)
+        render.job(shown, as_json, stopping=stop)
+        return
+    chosen = chosen_answer_model(model)
+    if job:
+        result = background_job.run_job(store_path(store), chosen, threads, write_map)
+        raise typer.Exit(0 if result.phase == "done" else 1)
+    if background:
+        with Store.open_existing(store_path(store)) as st:
+            if st.kv_budget <= 0:
+                raise EpiError("this store keeps no KV blocks (its KV budget is 0); set one with `epi config "
+                               "--kv-budget SIZE` first")
+            started = background_job.start_job(st.path, chosen, threads, write_map)
+        render.job_started(started, as_json)
+        return
+    warm_documents(chosen, store, threads, None, as_json)
 
 
 @app.command("map")
@@ -482,8 +518,10 @@ def list_documents(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
               "kv_tiers": [{"tier": t.tier_id, "model": t.config.model_name if t.config else None,
                             "block_kind": t.config.block_kind if t.config else None, "blocks": t.n_blocks,
                             "kv_used_bytes": t.bytes} for t in tiers]}
+        job = background_job.job_status(st.path)
         if as_json:
-            print(json.dumps({"store": str(st.path), "documents": [
+            print(json.dumps({"store": str(st.path), "background_job": None if job is None else job.as_json(),
+                              "documents": [
                 {"path": d.display_path, "kind": d.kind, "format": document_format(d.kind, d.display_path),
                  "tokens": d.n_tokens, "events": d.n_events, "pages": d.n_pages,
                  "lines": None if d.kind in BLOCK_KINDS else d.n_lines,
@@ -491,6 +529,8 @@ def list_documents(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
                 **{k: v for k, v in stats.items() if k != "path"}, **kv}))
         else:
             render.documents(docs, stats, kv)
+            if job is not None and job.running:
+                render.job(job, as_json=False)
 
 
 @app.command()

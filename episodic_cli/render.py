@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import time
@@ -116,6 +117,46 @@ def warm_summary(result) -> None:
     if result.stopped:
         line += f"; stopped: {result.stopped} (raise it with `epi config --kv-budget SIZE`)"
     err.print(escape(line), soft_wrap=True)
+
+
+def job_started(status, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps({"background_job": status.as_json()}), flush=True)
+        return
+    err.print(escape(f"preparing {status.model}'s KV blocks, then the map, in the background (pid {status.pid}): "
+                     "ask now (what has no block yet is read from text); `epi warm --status` shows how far"),
+              soft_wrap=True)
+
+
+def job(status, as_json: bool, stopping: bool = False) -> None:
+    """The background job's state (`epi warm --status`, `--stop`, and a line of `epi ls` while it runs)."""
+    if as_json:
+        print(json.dumps({"background_job": None if status is None else status.as_json()}), flush=True)
+        return
+    if status is None:
+        err.print("no background job has run on this store (`epi warm --background` starts one)")
+        return
+    if stopping and not status.running:
+        err.print(escape(f"the background job is not running: {job_line(status)}"), soft_wrap=True)
+        return
+    err.print(escape(job_line(status)), soft_wrap=True)
+
+
+def job_line(status) -> str:
+    what = f"{status.model} in the background (pid {status.pid})"
+    if status.running:
+        line = f"{what}: {status.phase}"
+        if status.tokens_total:
+            line += (f", {status.tokens_done:,} of {status.tokens_total:,} tokens "
+                     f"({100 * status.tokens_done / status.tokens_total:.0f}%)")
+            eta = status.eta_seconds()
+            line += f", about {_duration(eta)} left" if eta is not None else ""
+        return line
+    line = f"{what}: {status.phase} after {_duration(status.updated - status.started)}"
+    parts = [f"{status.blocks_kept:,} blocks prepared"] + (
+        [f"{status.summaries_written:,} summaries written"] if status.summaries_written else [])
+    line += " (" + ", ".join(parts) + ")"
+    return line + (f"; {status.message}" if status.message else "")
 
 
 def left_cold(result) -> None:

@@ -51,6 +51,7 @@ DB_NAME = "store.sqlite3"
 INDEX_NAME = "index.hnsw"
 KV_DIR = "kv"
 LOCK_NAME = "lock"
+BRIEF_HOLD_RETRIES = 20  # x 50 ms: how long refuse_if_being_written looks again at a lock held briefly
 
 # Rebuild instead of growing forever once tombstones outnumber live vectors (re-ingesting edited documents).
 COMPACT_MIN_DELETED = 256
@@ -301,7 +302,13 @@ class Store:
         if not (Path(path) / LOCK_NAME).is_file():
             return
         probe = exclusive_lock(Path(path) / LOCK_NAME)
-        if not try_acquire(probe):
+        # A background job (episodic_cli/background.py) holds the lock for one summary at a time, a few ms: a probe
+        # that meets it looks again before refusing.
+        for _ in range(BRIEF_HOLD_RETRIES):
+            if try_acquire(probe):
+                break
+            time.sleep(0.05)
+        else:
             raise StoreBusyError(f"another epi process (an ingest, rm or compact) is writing store '{path}'; wait for "
                                  "it to finish, or use another --store.")
         probe.release()

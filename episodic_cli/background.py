@@ -1,0 +1,139 @@
+"""Warming in the background (`epi ingest --background`, `epi warm --background`): after a fast read, a detached
+`epi warm --job` process prepares the answer model's KV blocks, then writes the map, while the user already asks
+(questions read what has no block yet from text, within `--cold-seconds`).
+
+- Its progress is a small file in the store (store/job_status.py): `epi warm --status` and `epi ls` show it.
+- It stops cleanly on `epi warm --stop`, Ctrl-C in its terminal or SIGTERM; kill -9 loses at most the block being
+  written (the tier writes each block whole or not at all). What it finished is kept; `epi warm` goes on.
+- It never goes over the KV budget (each block is offered to the tier under its lock, as `epi warm` does), and it
+  takes the store's writer lock only for one summary at a time: an ingest started meanwhile makes it wait, not fail.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .engine.errors import EpiError
+from .engine.workspace import Workspace
+from .store import Store, StoreBusyError, StoreError
+from .store.job_status import (BLOCKS, DONE, FAILED, MAP, STOPPED, WAITING, JobStatus, read_status, write_status)
+
+LOG_FILE = "background-job.log"
+STATUS_EVERY_S = 1.0  # the status file is rewritten at most this often (every block would be thousands of writes)
+LOCK_RETRY_S = 2.0    # a job waiting for the writer lock (an ingest runs) looks again this often
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process holds that pid now
+        return True
+    try:  # a finished child not yet reaped by its parent (a test's Popen) is a zombie: not running
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def job_status(store_dir: Path) -> JobStatus | None:
+    """The job's last status; one that says it runs but whose process is gone is reported as stopped."""
+    status = read_status(store_dir)
+    if status is not None and status.running and not process_alive(status.pid):
+        status.phase = STOPPED
+        status.message = "its process ended before it finished (killed?); `epi warm` goes on from where it stopped"
+    return status
+
+
+def start_job(store_dir: Path, model: str, threads: int | None, write_map: bool) -> JobStatus:
+    """Start the background job for `model` on the store; refused while one runs there."""
+    current = job_status(store_dir)
+    if current is not None and current.running:
+        raise EpiError(f"{current.model}'s blocks are already being prepared in the background (pid {current.pid}); "
+                       "`epi warm --status` shows how far, `epi warm --stop` stops it")
+    command = [sys.executable, "-m", "episodic_cli", "warm", "--job", "--store", str(store_dir), "--model", model]
+    command += ["--threads", str(threads)] if threads else []
+    command += [] if write_map else ["--no-map"]
+    with open(Path(store_dir) / LOG_FILE, "ab") as log:
+        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True)  # not stopped by the terminal's Ctrl-C or hang-up
+    status = JobStatus(pid=process.pid, model=model)
+    write_status(store_dir, status)  # shown at once; the job rewrites it as it goes
+    return status
+
+
+def stop_job(store_dir: Path, wait_s: float = 30.0) -> JobStatus | None:
+    """Ask the running job to stop (SIGTERM: it finishes the block it is writing) and wait for it to end."""
+    status = job_status(store_dir)
+    if status is None or not status.running:
+        return status
+    try:
+        os.kill(status.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return job_status(store_dir)
+    deadline = time.monotonic() + wait_s
+    while process_alive(status.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return job_status(store_dir)
+
+
+def run_job(store_dir: Path, model: str, threads: int | None, write_map: bool) -> JobStatus:
+    """The job itself (in the detached process): the blocks every event lacks, then the map, its status kept in the
+    store as it goes."""
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops it as Ctrl-C does, between blocks
+    status = JobStatus(pid=os.getpid(), model=model)
+    last_write = 0.0
+
+    def report(force: bool = False) -> None:
+        nonlocal last_write
+        if force or time.monotonic() - last_write >= STATUS_EVERY_S:
+            write_status(store_dir, status)
+            last_write = time.monotonic()
+
+    def phase(name: str) -> None:
+        status.phase, status.phase_started, status.tokens_done, status.tokens_total = name, time.time(), 0, 0
+        report(force=True)
+
+    def blocks_progress(done: int, total: int) -> None:
+        status.tokens_done, status.tokens_total = done, total
+        report()
+
+    def map_progress(state) -> None:
+        status.tokens_done, status.tokens_total = state.tokens_done, state.tokens_total
+        report()
+
+    report(force=True)
+    ws = Workspace(model, str(store_dir), threads)
+    try:
+        with Store.open_existing(ws.store_dir) as st:
+            ws.check_store(st)
+            phase(BLOCKS)
+            warmed = ws.warm(st, blocks_progress)
+            status.blocks_kept = warmed.events_kept
+            if write_map:
+                phase(MAP)
+                while True:
+                    try:
+                        mapped = ws.write_map(st, map_progress)
+                        status.summaries_written += mapped.written
+                        break
+                    except StoreBusyError:  # an ingest holds the writer lock: wait for it, then go on (resumable)
+                        status.phase = WAITING
+                        report(force=True)
+                        time.sleep(LOCK_RETRY_S)
+                        status.phase = MAP
+            status.phase = DONE
+            status.message = warmed.stopped
+    except KeyboardInterrupt:
+        status.phase, status.message = STOPPED, "stopped on request; `epi warm` goes on from where it stopped"
+    except (EpiError, StoreError, OSError) as exc:
+        status.phase, status.message = FAILED, str(exc)
+    finally:
+        ws.close()
+        report(force=True)
+    return status

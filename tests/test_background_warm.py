@@ -1,0 +1,136 @@
+"""Warming in the background (episodic_cli/background.py), for real: `epi warm --background` returns at once, a
+question is answered while it runs, its progress is readable, and it ends with every block prepared and the map
+written; kill -9 in the middle leaves the store and its tier intact and `epi warm` goes on; a warm, an ingest and
+questions at the same time never take the KV tier over its budget."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+
+from typer.testing import CliRunner
+
+from conftest import TEXT_QUESTION, prose_lines
+from episodic_cli.app import app
+from episodic_cli.background import process_alive
+from episodic_cli.store import Store
+
+from test_warm import copy_of
+
+runner = CliRunner()
+
+
+def epi(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def status(store_dir) -> dict | None:
+    return json.loads(epi("warm", "--status", "--store", str(store_dir), "--json").stdout)["background_job"]
+
+
+def wait_until_done(store_dir, timeout_s: float = 600) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        now = status(store_dir)
+        if now is not None and now["phase"] not in ("starting", "preparing blocks", "writing the map",
+                                                    "waiting for the writer lock"):
+            return now
+        time.sleep(0.5)
+    raise AssertionError(f"the background job did not end in {timeout_s} s: {status(store_dir)}")
+
+
+def block_files(store_dir) -> int:
+    """Whole block files in every tier (not a tier's tier.json, nor a block still being written to its temp file)."""
+    return sum(f.endswith(".ekvb") for _, _, files in os.walk(store_dir / "kv") for f in files)
+
+
+def test_background_warm_returns_at_once_and_finishes_blocks_and_map_while_asked(shared_store, second_model,
+                                                                                 tmp_path, monkeypatch):
+    store_dir = copy_of(shared_store, tmp_path, monkeypatch)
+    started = epi("warm", "--background", "--store", str(store_dir), "--model", str(second_model), "--json")
+    assert started.exit_code == 0, started.stderr
+    pid = json.loads(started.stdout)["background_job"]["pid"]
+    assert process_alive(pid)
+    again = epi("warm", "--background", "--store", str(store_dir), "--model", str(second_model))
+    assert again.exit_code == 1 and "already being prepared in the background" in again.stderr
+    assert len(again.stderr.strip().splitlines()) == 1
+
+    asked = epi("ask", TEXT_QUESTION, "--store", str(store_dir), "--model", str(second_model), "--json")
+    assert asked.exit_code == 0, asked.stderr  # answered while the job runs (cold events read from text)
+    assert json.loads(asked.stdout)["answer"].strip()
+
+    final = wait_until_done(store_dir)
+    assert final["phase"] == "done", final
+    assert final["blocks_kept"] > 0 and final["summaries_written"] > 0
+    deadline = time.monotonic() + 60  # its last status is written just before the process exits
+    while process_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not process_alive(pid)
+    rerun = json.loads(epi("warm", "--store", str(store_dir), "--model", str(second_model), "--json").stdout)
+    assert rerun["events_to_do"] == 0  # every block is there
+    shown = epi("warm", "--status", "--store", str(store_dir))
+    assert shown.exit_code == 0 and "done after" in shown.stderr and "blocks prepared" in shown.stderr
+
+
+def test_kill_9_while_warming_in_the_background_leaves_the_store_intact_and_warm_goes_on(
+        shared_store, second_model, tmp_path, monkeypatch):
+    store_dir = copy_of(shared_store, tmp_path, monkeypatch)
+    before = block_files(store_dir)
+    n_events = json.loads(epi("ls", "--store", str(store_dir), "--json").stdout)["n_events"]
+    started = epi("warm", "--background", "--no-map", "--store", str(store_dir), "--model", str(second_model),
+                  "--json")
+    pid = json.loads(started.stdout)["background_job"]["pid"]
+    deadline = time.monotonic() + 300
+    while block_files(store_dir) == before and time.monotonic() < deadline:  # its first block is being kept
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    while process_alive(pid):
+        time.sleep(0.01)
+    killed = status(store_dir)
+    assert killed["phase"] == "stopped" and "ended before it finished" in killed["message"], killed
+
+    with Store.open_existing(store_dir) as st:
+        assert st.kv_space().verify() == []  # no half-written block
+        assert st.stats()["n_events"] == n_events
+    rest = json.loads(epi("warm", "--store", str(store_dir), "--model", str(second_model), "--json").stdout)
+    assert 0 < rest["events_to_do"] < n_events, rest  # the blocks kept before the kill are not prepared again
+    assert rest["events_kept"] == rest["events_to_do"] and rest["stopped"] is None
+    asked = epi("ask", TEXT_QUESTION, "--store", str(store_dir), "--model", str(second_model), "--json")
+    assert asked.exit_code == 0 and json.loads(asked.stdout)["kv_prefilled_tokens"] == 0
+
+
+def test_a_background_warm_an_ingest_and_questions_together_stay_within_the_kv_budget(
+        shared_store, second_model, tmp_path, monkeypatch):
+    store_dir = copy_of(shared_store, tmp_path, monkeypatch)
+    used = json.loads(epi("ls", "--store", str(store_dir), "--json").stdout)["kv_used_bytes"]
+    budget = int(used * 1.4)  # room for some of the second model's blocks, not all: the budget is what stops it
+    assert epi("config", "--store", str(store_dir), "--kv-budget", str(budget)).exit_code == 0
+    samples: list[int] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        with Store.open_existing(store_dir) as st:
+            space = st.kv_space()
+            while not done.is_set():
+                samples.append(space.used_bytes())
+                time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        started = epi("warm", "--background", "--no-map", "--store", str(store_dir), "--model", str(second_model))
+        assert started.exit_code == 0, started.stderr
+        more = tmp_path / "more.txt"
+        more.write_text("\n".join(prose_lines(seed=91, n=60)) + "\n", encoding="utf-8")
+        ingested = epi("ingest", str(more), "--store", str(store_dir), "--answer-model", "none", "--no-map")
+        assert ingested.exit_code == 0, ingested.output  # not refused: the job holds no writer lock while warming
+        for _ in range(2):
+            assert epi("ask", TEXT_QUESTION, "--store", str(store_dir), "--model", str(second_model)).exit_code == 0
+        final = wait_until_done(store_dir)
+    finally:
+        done.set()
+        sampler.join()
+    assert final["phase"] == "done" and final["message"] == "the KV budget is full", final
+    assert len(samples) > 50 and max(samples) <= budget, (max(samples), budget)
