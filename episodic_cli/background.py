@@ -25,6 +25,7 @@ from .store.job_status import (BLOCKS, DONE, FAILED, MAP, STOPPED, WAITING, JobS
 LOG_FILE = "background-job.log"
 STATUS_EVERY_S = 1.0  # the status file is rewritten at most this often (every block would be thousands of writes)
 LOCK_RETRY_S = 2.0    # a job waiting for the writer lock (an ingest runs) looks again this often
+NICENESS = 10         # the job's scheduling priority below the user's commands (yield_the_cpu)
 
 
 def process_alive(pid: int) -> bool:
@@ -82,10 +83,26 @@ def stop_job(store_dir: Path, wait_s: float = 30.0) -> JobStatus | None:
     return job_status(store_dir)
 
 
+def yield_the_cpu() -> None:
+    """Run below the user's questions: a question asked while the job warms gets the cores first. On Linux the job's
+    own session is its own autogroup, which the scheduler weighs against the terminal's whatever a process's nice
+    value, so the group's niceness is lowered too (best effort: not every kernel has autogroups)."""
+    try:
+        os.nice(NICENESS)
+    except (AttributeError, OSError):
+        return
+    try:
+        with open("/proc/self/autogroup", "w", encoding="ascii") as f:
+            f.write(str(NICENESS))
+    except OSError:
+        pass
+
+
 def run_job(store_dir: Path, model: str, threads: int | None, write_map: bool) -> JobStatus:
     """The job itself (in the detached process): the blocks every event lacks, then the map, its status kept in the
     store as it goes."""
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops it as Ctrl-C does, between blocks
+    yield_the_cpu()
     status = JobStatus(pid=os.getpid(), model=model)
     last_write = 0.0
 

@@ -1,0 +1,109 @@
+"""From the start of `epi ingest` to the first answer: the answer model's blocks prepared before the command returns
+(the default) or by a background job while the user asks (`--background`), side by side on the same text in fresh
+stores, beside the answer model's bare prefill of the same tokens (issue 36).
+
+Timed as processes, as a user runs them, the map left out of both (`--no-map`):
+- default: `epi ingest DOC`, then `epi ask Q`: the first answer comes after both, from the blocks;
+- background: `epi ingest DOC --background`, then at once `epi ask Q` (events without a block read from text within
+  `--cold-seconds`, while the job warms beside it), then the job's end, then `epi ask Q` again (from the blocks);
+- bare prefill: the answer model's llama.cpp prefill of the same tokens, nothing else, in this process
+  (bench/ingest_throughput.py's bare_prefill_rate).
+
+    python bench/background_warm.py [--chars 20000] [--question "..."]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ingest_default import run
+from ingest_throughput import bare_prefill_rate, haystack
+
+QUESTION = "What does the assert statement do when the expression is false?"
+
+
+def ask(epi: list[str], store: Path, question: str, env: dict) -> tuple[float, dict]:
+    seconds, _, out = run([*epi, "ask", question, "--store", str(store), "--json"], env)
+    return seconds, json.loads(out)
+
+
+def wait_for_job(epi: list[str], store: Path, env: dict) -> dict:
+    while True:
+        out = subprocess.run([*epi, "warm", "--status", "--store", str(store), "--json"], env=env,
+                             capture_output=True, text=True).stdout
+        job = json.loads(out)["background_job"]
+        if job is None or job["phase"] not in ("starting", "preparing blocks", "writing the map",
+                                               "waiting for the writer lock"):
+            return job
+        time.sleep(1.0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--chars", type=int, default=20_000)
+    ap.add_argument("--question", default=QUESTION)
+    ap.add_argument("--out", type=Path, default=Path("bench/results/background_warm.json"))
+    args = ap.parse_args(argv)
+    from episodic_cli.engine.llama.models import answer_model
+    from episodic_cli.engine.paths import cache_dir
+    from episodic_cli.engine.workspace import Workspace
+
+    root = Path(tempfile.mkdtemp(prefix="epi-background-"))
+    (root / "home").mkdir()
+    (root / "home" / "cache").symlink_to(cache_dir(), target_is_directory=True)  # models already prepared
+    doc = root / "topics.txt"
+    doc.write_text(haystack(args.chars), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "EPI_MODEL"}
+    env["EPI_HOME"] = str(root / "home")
+    epi = [sys.executable, "-m", "episodic_cli"]
+    load_start = os.getloadavg()
+
+    store = root / "default"
+    t_ingest, _, _ = run([*epi, "ingest", str(doc), "--store", str(store), "--no-map", "--json"], env)
+    t_ask, answer = ask(epi, store, args.question, env)
+    default = {"ingest_s": round(t_ingest, 1), "ask_s": round(t_ask, 1), "first_answer_s": round(t_ingest + t_ask, 1),
+               "answer": answer["answer"], "kv_prefilled_tokens": answer["kv_prefilled_tokens"]}
+
+    store = root / "background"
+    t0 = time.perf_counter()
+    t_read, _, _ = run([*epi, "ingest", str(doc), "--store", str(store), "--no-map", "--background", "--json"], env)
+    t_cold, cold = ask(epi, store, args.question, env)
+    job = wait_for_job(epi, store, env)
+    t_done = time.perf_counter() - t0
+    t_hot, hot = ask(epi, store, args.question, env)
+    background = {"ingest_returns_s": round(t_read, 1), "cold_ask_s": round(t_cold, 1),
+                  "first_answer_s": round(t_read + t_cold, 1), "job_done_s": round(t_done, 1),
+                  "good_answer_s": round(t_done + t_hot, 1), "job": job,
+                  "cold_answer": cold["answer"], "cold_left_out_tokens": cold["left_cold"]["tokens"],
+                  "hot_answer": hot["answer"], "hot_prefilled_tokens": hot["kv_prefilled_tokens"]}
+
+    ws = Workspace(answer_model(None))
+    tokens = ws.model.tokenize(doc.read_text(encoding="utf-8"))
+    rate = bare_prefill_rate(ws, tokens, None, all_logits=False)
+    ws.close()
+    bare = len(tokens) / rate
+    rows = {"tokens": len(tokens), "bare_prefill_s": round(bare, 1), "default": default, "background": background}
+    print(f"{len(tokens):,} tokens; the answer model's bare prefill: {bare:.1f} s ({rate:.0f} tokens/s)\n")
+    print("| | seconds | / bare prefill |\n|---|---|---|")
+    for name, seconds in (("default: ingest, then the first answer (hot)", default["first_answer_s"]),
+                          ("--background: ingest returns", background["ingest_returns_s"]),
+                          ("--background: first answer (cold, while it warms)", background["first_answer_s"]),
+                          ("--background: the job done", background["job_done_s"]),
+                          ("--background: the first answer from the blocks", background["good_answer_s"])):
+        print(f"| {name} | {seconds} | {seconds / bare:.2f}x |")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"command": "python bench/background_warm.py " + " ".join(argv or sys.argv[1:]),
+                                    "date": time.strftime("%Y-%m-%d %H:%M"), "load_start": load_start,
+                                    "load_end": os.getloadavg(), **rows}, indent=1))
+    print(f"\nwrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
