@@ -18,11 +18,10 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from ingest_default import run
+from ingest_default import fresh_home, run
 from ingest_throughput import bare_prefill_rate, haystack
 
 QUESTION = "What does the assert statement do when the expression is false?"
@@ -51,16 +50,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("bench/results/background_warm.json"))
     args = ap.parse_args(argv)
     from episodic_cli.engine.llama.models import answer_model
-    from episodic_cli.engine.paths import cache_dir
     from episodic_cli.engine.workspace import Workspace
 
-    root = Path(tempfile.mkdtemp(prefix="epi-background-"))
-    (root / "home").mkdir()
-    (root / "home" / "cache").symlink_to(cache_dir(), target_is_directory=True)  # models already prepared
+    root, env = fresh_home("epi-background-")
     doc = root / "topics.txt"
     doc.write_text(haystack(args.chars), encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if k != "EPI_MODEL"}
-    env["EPI_HOME"] = str(root / "home")
     epi = [sys.executable, "-m", "episodic_cli"]
     load_start = os.getloadavg()
 

@@ -31,6 +31,19 @@ def run(cmd: list[str], env: dict) -> tuple[float, int, str]:
     return seconds, max(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, before), done.stdout
 
 
+def fresh_home(prefix: str) -> tuple[Path, dict]:
+    """A temporary folder with an EPI_HOME of its own whose cache is this machine's (the models already prepared),
+    and the environment the commands run in (without EPI_MODEL: the defaults, as a new user has them)."""
+    from episodic_cli.engine.paths import cache_dir
+
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    (root / "home").mkdir()
+    (root / "home" / "cache").symlink_to(cache_dir(), target_is_directory=True)
+    env = {k: v for k, v in os.environ.items() if k != "EPI_MODEL"}
+    env["EPI_HOME"] = str(root / "home")
+    return root, env
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--chars", type=int, default=20_000)
@@ -38,15 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from pydoc_data.topics import topics
 
-    from episodic_cli.engine.paths import cache_dir
-
-    root = Path(tempfile.mkdtemp(prefix="epi-ingest-default-"))
-    (root / "home").mkdir()
-    (root / "home" / "cache").symlink_to(cache_dir(), target_is_directory=True)  # models already prepared
+    root, env = fresh_home("epi-ingest-default-")
     doc = root / "topics.txt"
     doc.write_text("\n\n".join(topics[k] for k in sorted(topics))[: args.chars], encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if k != "EPI_MODEL"}
-    env["EPI_HOME"] = str(root / "home")
     epi = [sys.executable, "-m", "episodic_cli"]
     rows = {}
     for name, extra in (("reading only (--answer-model none)", ["--answer-model", "none"]), ("default", [])):
