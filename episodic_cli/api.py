@@ -496,7 +496,8 @@ class Archive:
               read: str | QuestionKind | None = "auto", history: Iterable | None = None, mode: str | None = None,
               neighbours: int = 1, narrow: bool | None = None, short: bool = True, layered: bool = False,
               pool: int | None = None, epman: bool = False, cold_seconds: float | None = COLD_PREFILL_SECONDS,
-              should_stop: Callable[[], bool] | None = None) -> tuple[EngineResult, Iterator[str]]:
+              should_stop: Callable[[], bool] | None = None,
+              answer_tokens: int | None = None) -> tuple[EngineResult, Iterator[str]]:
         """The engine's side of a question: its result (filled in as the stream is read) and the answer stream.
         What `epi ask` renders; ask() and ask_stream() turn it into an Answer."""
         check_question_length(question)
@@ -509,7 +510,8 @@ class Archive:
         search = self.workspace.condense(turns, question) if turns else None
         return self.workspace.ask(st, question, k=k, mode=mode, neighbours=neighbours, epman=epman, docs=globs,
                                   narrow=narrow, layered=layered, short=short, cold_seconds=cold_seconds or None,
-                                  history=turns, search=search, kind=kind, should_stop=should_stop)
+                                  history=turns, search=search, kind=kind, should_stop=should_stop,
+                                  answer_tokens=answer_tokens)
 
     def ask_stream(self, question: str, on_begin: Callable[[EngineResult], None] | None = None,
                    **options) -> Iterator[str | Answer]:
@@ -541,7 +543,8 @@ class Archive:
         part the question names, whole) or "overview" (the map's summaries); `history`: earlier turns (Answers,
         (question, answer) pairs or {"role", "content"} dicts): the question is then a follow-up, rewritten into
         the standalone question it means for retrieval. More options, as `epi ask` names them: mode ("kv",
-        "text"), neighbours, narrow, short, layered, pool, epman, cold_seconds, should_stop."""
+        "text"), neighbours, narrow, short, layered, pool, epman, cold_seconds, should_stop; and `answer_tokens`, the
+        most tokens the answer may take (fewer than the default 256, or 384 for a part read whole, cuts it short)."""
         answer = None
         for piece in self.ask_stream(question, k=k, doc=doc, read=read, history=history, **options):
             if isinstance(piece, Answer):

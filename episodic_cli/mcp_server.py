@@ -372,15 +372,18 @@ def build_server(engine: Engine, name: str = "epi") -> EpiServer:
     @tool_call
     async def ask(question: str, doc: str | None = None,
                   read: Literal["auto", "lookup", "whole", "overview"] = "auto", k: int = 5,
-                  ctx: Context = None) -> CallToolResult:
+                  answer_tokens: int | None = None, ctx: Context = None) -> CallToolResult:
         """Answer a question from the archive with a local model, citing the pages or lines used: the answer, the
         quotes of the sources that support it (or a plain statement that none does) and the sources read, with
         their event ids. The answer streams as progress notifications. `read`: `lookup` reads the best few
         passages; `whole` the part the question names (a chapter, section, file, class) whole; `overview` the
         map's summaries of documents (questions about a whole book or codebase); `auto` chooses from the question.
-        `doc`: only documents matching this glob. `k`: passages found by similarity (1-50)."""
+        `doc`: only documents matching this glob. `k`: passages found by similarity (1-50). `answer_tokens`: the
+        most tokens the answer may take, for a shorter answer sooner (default and most: 256, 384 reading a whole
+        part or the map)."""
         k = max(1, min(int(k), MAX_K))
-        answer = await engine.ask(ctx, question, doc=doc or None, read=read, k=k)
+        cap = None if answer_tokens is None else max(1, int(answer_tokens))
+        answer = await engine.ask(ctx, question, doc=doc or None, read=read, k=k, answer_tokens=cap)
         log.info("answered in %.2f s (first token %.2f s)", answer.timings.total_s, answer.timings.first_token_s)
         return _result(answer_text(answer), answer.as_json())
 

@@ -63,7 +63,7 @@ def test_mcp_server_over_stdio(shared_store):
 async def check_tools(s: ClientSession) -> None:
     tools = {t.name: t for t in (await s.list_tools()).tools}
     assert set(tools) == {"search", "ask", "read_event", "list_documents", "summary"}
-    assert set(tools["ask"].input_schema["properties"]) == {"question", "doc", "read", "k"}
+    assert set(tools["ask"].input_schema["properties"]) == {"question", "doc", "read", "k", "answer_tokens"}
     assert set(tools["search"].input_schema["properties"]) == {"query", "k", "doc"}
     assert all(t.annotations and t.annotations.read_only_hint for t in tools.values())
 

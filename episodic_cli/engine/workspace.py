@@ -154,6 +154,11 @@ def _warm_runs(events: list[RetrievedEvent | None]) -> list[list[RetrievedEvent]
         runs.append(run)
     return runs
 
+def capped(limit: int, asked: int | None) -> int:
+    """An answer's token limit: the path's own, or the caller's when it asks for fewer."""
+    return limit if asked is None else min(limit, asked)
+
+
 def apply_kv_budget(store: Store, n_bytes: int) -> None:
     """Record a new KV budget and evict down to it at once (least recently used blocks first)."""
     store.change_kv_budget(n_bytes)
@@ -401,6 +406,7 @@ class Workspace:
         search: str | None = None,
         cold_seconds: float | None = None,
         kind: QuestionKind | None = None,
+        answer_tokens: int | None = None,
     ) -> tuple[AskResult, Iterator[str]]:
         """Retrieve now; return the result (filled in as the stream is consumed) and the answer stream.
         `epman` scales each block's V rows by its episodic weight in [0.9, 1.0] (kv mode only); `docs` (globs on
@@ -412,7 +418,11 @@ class Workspace:
         `narrows_by_default`). `cold_seconds`: kv mode reading whole events prefills at most what this machine reads
         in that time of the events the answer model has no block for yet; the least relevant of them are left out
         (None: no limit). `kind`: how much to read (None: as the question asks, engine/retrieval/question_kind.py):
-        a named part whole, the map's summaries for a question about the whole, or the k best events."""
+        a named part whole, the map's summaries for a question about the whole, or the k best events.
+        `answer_tokens`: the answer stops after at most this many tokens (None, or more than the path's own limit:
+        ANSWER_TOKENS for a lookup, WHOLE_ANSWER_TOKENS for a part read whole or the map)."""
+        if answer_tokens is not None and answer_tokens < 1:
+            raise EpiError("the answer's token limit must be at least 1")
         if mode is not None and mode not in MODES:
             raise EpiError(f"unknown mode {mode!r}: use text or kv")
         if not question.strip():
@@ -426,11 +436,13 @@ class Workspace:
         if kind is None:
             kind = QuestionKind.LOOKUP if layered or epman else classify(search, parse_scope(search))
         if kind is QuestionKind.WHOLE:
-            found = self._ask_whole(store, question, search, scope, mode, history, started, should_stop)
+            found = self._ask_whole(store, question, search, scope, mode, history, started, should_stop,
+                                    answer_tokens=answer_tokens)
             if found is not None:
                 return found
         elif kind is QuestionKind.OVERVIEW:
-            found = self._ask_overview(store, question, search, scope, mode, history, started, should_stop, docs)
+            found = self._ask_overview(store, question, search, scope, mode, history, started, should_stop, docs,
+                                       answer_tokens=answer_tokens)
             if found is not None:
                 return found
         elif kind is QuestionKind.EXPLAIN:
@@ -439,7 +451,7 @@ class Workspace:
                 wider = Restriction(allowed=enclosing(store, hits), described="the definitions or sections the best "
                                     "passages sit in", query=scope.query)
                 found = self._ask_whole(store, question, search, wider, mode, history, started, should_stop,
-                                        kind=QuestionKind.EXPLAIN)
+                                        kind=QuestionKind.EXPLAIN, answer_tokens=answer_tokens)
                 if found is not None:
                     found[0].scope = scope
                     return found
@@ -481,7 +493,8 @@ class Workspace:
                 weights = None if weights is None else [w for r, w in zip(read, weights) if id(r) in kept_ids]
                 read = result.retrieved = kept
         options = {"excerpts": excerpts} if excerpts else {}  # kv mode only (fit_cold)
-        stream = answerer.stream(question, read, history, started, answer, should_stop=should_stop,
+        stream = answerer.stream(question, read, history, started, answer,
+                                 max_tokens=capped(ANSWER_TOKENS, answer_tokens), should_stop=should_stop,
                                  weights=weights, spans=spans, lead_spans=lead_spans or None, **options)
         return result, self._timing_cold(stream, answerer)
 
@@ -495,7 +508,8 @@ class Workspace:
 
     def _ask_whole(self, store: Store, question: str, search: str, scope: Restriction, mode: str,
                    history: list[dict[str, str]] | None, started: float, should_stop: Callable[[], bool] | None,
-                   kind: QuestionKind = QuestionKind.WHOLE) -> tuple[AskResult, Iterator[str]] | None:
+                   kind: QuestionKind = QuestionKind.WHOLE, answer_tokens: int | None = None
+                   ) -> tuple[AskResult, Iterator[str]] | None:
         """A question about a named part as a whole: the part read in document order from its blocks, as far as the
         whole-scope context holds (engine/retrieval/whole_scope.py). None when the question names no part that
         resolved to events (it is then answered as a lookup)."""
@@ -521,14 +535,14 @@ class Workspace:
         result = AskResult(question, mode, retrieved, answer, scope, kind=kind,
                            reading=reading.described(what), search=search if search != question else None)
         answerer = self.answerer(mode, store, whole=True)
-        stream = answerer.stream(request, retrieved, history, started, answer, max_tokens=WHOLE_ANSWER_TOKENS,
-                                 should_stop=should_stop)
+        stream = answerer.stream(request, retrieved, history, started, answer,
+                                 max_tokens=capped(WHOLE_ANSWER_TOKENS, answer_tokens), should_stop=should_stop)
         return result, self._timing_cold(stream, answerer)
 
     def _ask_overview(self, store: Store, question: str, search: str, scope: Restriction, mode: str,
                       history: list[dict[str, str]] | None, started: float,
-                      should_stop: Callable[[], bool] | None, docs: list[str] | None
-                      ) -> tuple[AskResult, Iterator[str]] | None:
+                      should_stop: Callable[[], bool] | None, docs: list[str] | None,
+                      answer_tokens: int | None = None) -> tuple[AskResult, Iterator[str]] | None:
         """A question about a document or the archive as a whole: the map's summaries, most general first (None
         when there is no map yet: answered as a lookup, with a note saying what `epi map` adds)."""
         if store.summaries().count() == 0:
@@ -550,7 +564,7 @@ class Workspace:
                            search=search if search != question else None)
         answerer = self.answerer(mode, store, whole=True)
         stream = answerer.stream(overview_request(question), retrieved, history, started, answer,
-                                 max_tokens=WHOLE_ANSWER_TOKENS, should_stop=should_stop)
+                                 max_tokens=capped(WHOLE_ANSWER_TOKENS, answer_tokens), should_stop=should_stop)
         return result, self._timing_cold(stream, answerer)
 
     def condense(self, history: list[dict[str, str]], follow_up: str) -> str:
