@@ -415,17 +415,20 @@ class Archive:
     answer model (a GGUF file or `qwen-1.5b`, `qwen-0.5b`, `smollm2`; None: $EPI_MODEL or the default); `threads`:
     llama.cpp's CPU threads (None: the physical cores). `warn(message)` hears what `epi` prints as warnings (default:
     the `episodic_cli` logger); `on_prepare(done, total)` the tokens of events prepared from text before an answer.
+    `record_retrievals`: count each answer's events in the store's retrievals.log, as `epi ask` does (the order `epi
+    warm` prepares blocks in); False writes nothing to the store but KV blocks under its budget (`epi mcp`).
     """
 
     def __init__(self, store: str | Path | None = None, model: str | None = None, threads: int | None = None, *,
                  warn: Callable[[str], None] | None = None,
-                 on_prepare: Callable[[int, int], None] | None = None):
+                 on_prepare: Callable[[int, int], None] | None = None, record_retrievals: bool = True):
         self.model_choice = model
         self.threads = threads
         self._warn_to = warn or log.warning
         self._notes: list[str] | None = None
         self.workspace = Workspace(model, None if store is None else str(store), threads, warn=self._warn,
                                    on_prepare=on_prepare)
+        self.workspace.record_retrievals = record_retrievals
         self._store: Store | None = None
         self._checked = False
         self._thread: int | None = None

@@ -11,8 +11,8 @@ over api.Archive with the model, embedder and index loaded once and held between
   message) and how long it waited.
 - A failure a user can cause (EpiError, StoreError: an unknown event, an empty question, a --doc that matches
   nothing) comes back as a tool error (isError) holding the one line `epi` prints; the server stays up.
-- It writes nothing to the store's database: answers may keep KV blocks under the store's budget (and, as `epi ask`
-  does, count the events they read in the store's retrievals.log, the hint `epi warm` orders its work by).
+- It writes nothing to the store but KV blocks, which answers may keep under the store's budget: not the database,
+  the index, nor the retrievals.log `epi ask` counts its answers' events in (Archive(record_retrievals=False)).
 
 Imported only by `epi mcp`: the `mcp` package is an optional extra (`pip install 'epi[mcp]'`).
 """
@@ -77,7 +77,8 @@ class Engine:
 
     def __init__(self, store: str | None, model: str | None, threads: int | None):
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="epi-engine")
-        self.archive = Archive(store, model, threads, warn=lambda message: log.warning(message))
+        self.archive = Archive(store, model, threads, warn=lambda message: log.warning(message),
+                               record_retrievals=False)
         self._lock: asyncio.Lock | None = None
         self.waiting = 0
         self.running: str | None = None

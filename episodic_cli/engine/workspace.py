@@ -192,6 +192,9 @@ class Workspace:
         self.layered_pool = 0
         # kv mode: each loaded block's first tokens decoded again at their new place (engine/answer/kv_mode.py)
         self.relink_tokens = RELINK_TOKENS
+        # each answer's retrieved events counted in the store's retrievals.log (store/retrieval_log.py), the order
+        # `epi warm` prepares blocks in; `epi mcp` turns it off: the server writes nothing but KV blocks
+        self.record_retrievals = True
 
     @cached_property
     def prepared(self) -> PreparedModel:
@@ -463,7 +466,7 @@ class Workspace:
         if layered:  # a pool of whole blocks; each layer picks its own (narrowing would leave no blocks to pick)
             retrieved = self.pool(store, search, k, neighbours, scope)
             narrow = False
-        store.note_retrieved([r.event.id for r in retrieved])
+        self._note_retrieved(store, [r.event.id for r in retrieved])
         answer = Answer()
         answer.timings.retrieve_s = time.perf_counter() - started
         if narrow is None:
@@ -529,7 +532,7 @@ class Workspace:
         retrieved = reading.events
         for r in retrieved:
             r.cited_section = scope.cited_section(r.section) if scope.places and r.summary is None else None
-        store.note_retrieved([r.event.id for r in retrieved if r.summary is None])
+        self._note_retrieved(store, [r.event.id for r in retrieved if r.summary is None])
         answer = Answer()
         answer.timings.retrieve_s = time.perf_counter() - started
         result = AskResult(question, mode, retrieved, answer, scope, kind=kind,
@@ -566,6 +569,10 @@ class Workspace:
         stream = answerer.stream(overview_request(question), retrieved, history, started, answer,
                                  max_tokens=capped(WHOLE_ANSWER_TOKENS, answer_tokens), should_stop=should_stop)
         return result, self._timing_cold(stream, answerer)
+
+    def _note_retrieved(self, store: Store, event_ids: list[int]) -> None:
+        if self.record_retrievals:
+            store.note_retrieved(event_ids)
 
     def condense(self, history: list[dict[str, str]], follow_up: str) -> str:
         """The standalone question a chat follow-up means, written by the answer model from the conversation
