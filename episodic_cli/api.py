@@ -415,17 +415,20 @@ class Archive:
     answer model (a GGUF file or `qwen-1.5b`, `qwen-0.5b`, `smollm2`; None: $EPI_MODEL or the default); `threads`:
     llama.cpp's CPU threads (None: the physical cores). `warn(message)` hears what `epi` prints as warnings (default:
     the `episodic_cli` logger); `on_prepare(done, total)` the tokens of events prepared from text before an answer.
+    `record_retrievals`: count each answer's events in the store's retrievals.log, as `epi ask` does (the order `epi
+    warm` prepares blocks in); False writes nothing to the store but KV blocks under its budget (`epi mcp`).
     """
 
     def __init__(self, store: str | Path | None = None, model: str | None = None, threads: int | None = None, *,
                  warn: Callable[[str], None] | None = None,
-                 on_prepare: Callable[[int, int], None] | None = None):
+                 on_prepare: Callable[[int, int], None] | None = None, record_retrievals: bool = True):
         self.model_choice = model
         self.threads = threads
         self._warn_to = warn or log.warning
         self._notes: list[str] | None = None
         self.workspace = Workspace(model, None if store is None else str(store), threads, warn=self._warn,
                                    on_prepare=on_prepare)
+        self.workspace.record_retrievals = record_retrievals
         self._store: Store | None = None
         self._checked = False
         self._thread: int | None = None
@@ -496,7 +499,8 @@ class Archive:
               read: str | QuestionKind | None = "auto", history: Iterable | None = None, mode: str | None = None,
               neighbours: int = 1, narrow: bool | None = None, short: bool = True, layered: bool = False,
               pool: int | None = None, epman: bool = False, cold_seconds: float | None = COLD_PREFILL_SECONDS,
-              should_stop: Callable[[], bool] | None = None) -> tuple[EngineResult, Iterator[str]]:
+              should_stop: Callable[[], bool] | None = None,
+              answer_tokens: int | None = None) -> tuple[EngineResult, Iterator[str]]:
         """The engine's side of a question: its result (filled in as the stream is read) and the answer stream.
         What `epi ask` renders; ask() and ask_stream() turn it into an Answer."""
         check_question_length(question)
@@ -509,7 +513,8 @@ class Archive:
         search = self.workspace.condense(turns, question) if turns else None
         return self.workspace.ask(st, question, k=k, mode=mode, neighbours=neighbours, epman=epman, docs=globs,
                                   narrow=narrow, layered=layered, short=short, cold_seconds=cold_seconds or None,
-                                  history=turns, search=search, kind=kind, should_stop=should_stop)
+                                  history=turns, search=search, kind=kind, should_stop=should_stop,
+                                  answer_tokens=answer_tokens)
 
     def ask_stream(self, question: str, on_begin: Callable[[EngineResult], None] | None = None,
                    **options) -> Iterator[str | Answer]:
@@ -541,7 +546,8 @@ class Archive:
         part the question names, whole) or "overview" (the map's summaries); `history`: earlier turns (Answers,
         (question, answer) pairs or {"role", "content"} dicts): the question is then a follow-up, rewritten into
         the standalone question it means for retrieval. More options, as `epi ask` names them: mode ("kv",
-        "text"), neighbours, narrow, short, layered, pool, epman, cold_seconds, should_stop."""
+        "text"), neighbours, narrow, short, layered, pool, epman, cold_seconds, should_stop; and `answer_tokens`, the
+        most tokens the answer may take (fewer than the default 256, or 384 for a part read whole, cuts it short)."""
         answer = None
         for piece in self.ask_stream(question, k=k, doc=doc, read=read, history=history, **options):
             if isinstance(piece, Answer):

@@ -11,8 +11,8 @@ over api.Archive with the model, embedder and index loaded once and held between
   message) and how long it waited.
 - A failure a user can cause (EpiError, StoreError: an unknown event, an empty question, a --doc that matches
   nothing) comes back as a tool error (isError) holding the one line `epi` prints; the server stays up.
-- It writes nothing to the store's database: answers may keep KV blocks under the store's budget (and, as `epi ask`
-  does, count the events they read in the store's retrievals.log, the hint `epi warm` orders its work by).
+- It writes nothing to the store but KV blocks, which answers may keep under the store's budget: not the database,
+  the index, nor the retrievals.log `epi ask` counts its answers' events in (Archive(record_retrievals=False)).
 
 Imported only by `epi mcp`: the `mcp` package is an optional extra (`pip install 'epi[mcp]'`).
 """
@@ -77,7 +77,8 @@ class Engine:
 
     def __init__(self, store: str | None, model: str | None, threads: int | None):
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="epi-engine")
-        self.archive = Archive(store, model, threads, warn=lambda message: log.warning(message))
+        self.archive = Archive(store, model, threads, warn=lambda message: log.warning(message),
+                               record_retrievals=False)
         self._lock: asyncio.Lock | None = None
         self.waiting = 0
         self.running: str | None = None
@@ -372,15 +373,18 @@ def build_server(engine: Engine, name: str = "epi") -> EpiServer:
     @tool_call
     async def ask(question: str, doc: str | None = None,
                   read: Literal["auto", "lookup", "whole", "overview"] = "auto", k: int = 5,
-                  ctx: Context = None) -> CallToolResult:
+                  answer_tokens: int | None = None, ctx: Context = None) -> CallToolResult:
         """Answer a question from the archive with a local model, citing the pages or lines used: the answer, the
         quotes of the sources that support it (or a plain statement that none does) and the sources read, with
         their event ids. The answer streams as progress notifications. `read`: `lookup` reads the best few
         passages; `whole` the part the question names (a chapter, section, file, class) whole; `overview` the
         map's summaries of documents (questions about a whole book or codebase); `auto` chooses from the question.
-        `doc`: only documents matching this glob. `k`: passages found by similarity (1-50)."""
+        `doc`: only documents matching this glob. `k`: passages found by similarity (1-50). `answer_tokens`: the
+        most tokens the answer may take, for a shorter answer sooner (default and most: 256, 384 reading a whole
+        part or the map)."""
         k = max(1, min(int(k), MAX_K))
-        answer = await engine.ask(ctx, question, doc=doc or None, read=read, k=k)
+        cap = None if answer_tokens is None else max(1, int(answer_tokens))
+        answer = await engine.ask(ctx, question, doc=doc or None, read=read, k=k, answer_tokens=cap)
         log.info("answered in %.2f s (first token %.2f s)", answer.timings.total_s, answer.timings.first_token_s)
         return _result(answer_text(answer), answer.as_json())
 

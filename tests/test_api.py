@@ -100,6 +100,15 @@ def test_ask_stream_yields_the_answer_piece_by_piece_then_the_answer(archive):
     assert "".join(tokens).strip() == answer.text
 
 
+def test_answer_tokens_caps_the_answer(archive):
+    from episodic_cli import EpiError
+
+    answer = archive.ask(TEXT_QUESTION, k=1, neighbours=0, short=False, answer_tokens=6)
+    assert answer.text and len(archive.workspace.model.tokenize(answer.text)) <= 8, answer.text  # re-tokenized
+    with pytest.raises(EpiError, match="token limit must be at least 1"):
+        archive.ask(TEXT_QUESTION, answer_tokens=0)
+
+
 def test_a_follow_up_reads_the_earlier_turn(archive):
     first = archive.ask(TEXT_QUESTION, k=1, neighbours=0)
     follow = archive.ask("and who chose it?", history=[first], k=1, neighbours=0)

@@ -157,6 +157,11 @@ def _warm_runs(events: list[RetrievedEvent | None]) -> list[list[RetrievedEvent]
         runs.append(run)
     return runs
 
+def capped(limit: int, asked: int | None) -> int:
+    """An answer's token limit: the path's own, or the caller's when it asks for fewer."""
+    return limit if asked is None else min(limit, asked)
+
+
 def apply_kv_budget(store: Store, n_bytes: int) -> None:
     """Record a new KV budget and evict down to it at once (least recently used blocks first)."""
     store.change_kv_budget(n_bytes)
@@ -190,6 +195,9 @@ class Workspace:
         self.layered_pool = 0
         # kv mode: each loaded block's first tokens decoded again at their new place (engine/answer/kv_mode.py)
         self.relink_tokens = RELINK_TOKENS
+        # each answer's retrieved events counted in the store's retrievals.log (store/retrieval_log.py), the order
+        # `epi warm` prepares blocks in; `epi mcp` turns it off: the server writes nothing but KV blocks
+        self.record_retrievals = True
 
     @cached_property
     def prepared(self) -> PreparedModel:
@@ -405,6 +413,7 @@ class Workspace:
         cold_seconds: float | None = None,
         kind: QuestionKind | None = None,
         whole_method: str = WHOLE_METHOD,
+        answer_tokens: int | None = None,
     ) -> tuple[AskResult, Iterator[str]]:
         """Retrieve now; return the result (filled in as the stream is consumed) and the answer stream.
         `epman` scales each block's V rows by its episodic weight in [0.9, 1.0] (kv mode only); `docs` (globs on
@@ -417,7 +426,11 @@ class Workspace:
         in that time of the events the answer model has no block for yet; the least relevant of them are left out
         (None: no limit). `kind`: how much to read (None: as the question asks, engine/retrieval/question_kind.py):
         a named part whole, the map's summaries for a question about the whole, or the k best events. `whole_method`: how
-        a part is read whole: "read" (at once) or "notes" (in chunks, notes on each, then the answer: answer/notes.py)."""
+        a part is read whole: "read" (at once) or "notes" (in chunks, notes on each, then the answer: answer/notes.py).
+        `answer_tokens`: the answer stops after at most this many tokens (None, or more than the path's own limit:
+        ANSWER_TOKENS for a lookup, WHOLE_ANSWER_TOKENS for a part read whole or the map)."""
+        if answer_tokens is not None and answer_tokens < 1:
+            raise EpiError("the answer's token limit must be at least 1")
         if mode is not None and mode not in MODES:
             raise EpiError(f"unknown mode {mode!r}: use text or kv")
         if not question.strip():
@@ -432,11 +445,12 @@ class Workspace:
             kind = QuestionKind.LOOKUP if layered or epman else classify(search, parse_scope(search))
         if kind is QuestionKind.WHOLE:
             found = self._ask_whole(store, question, search, scope, mode, history, started, should_stop,
-                                    method=whole_method)
+                                    method=whole_method, answer_tokens=answer_tokens)
             if found is not None:
                 return found
         elif kind is QuestionKind.OVERVIEW:
-            found = self._ask_overview(store, question, search, scope, mode, history, started, should_stop, docs)
+            found = self._ask_overview(store, question, search, scope, mode, history, started, should_stop, docs,
+                                       answer_tokens=answer_tokens)
             if found is not None:
                 return found
         elif kind is QuestionKind.EXPLAIN:
@@ -445,7 +459,8 @@ class Workspace:
                 wider = Restriction(allowed=enclosing(store, hits), described="the definitions or sections the best "
                                     "passages sit in", query=scope.query)
                 found = self._ask_whole(store, question, search, wider, mode, history, started, should_stop,
-                                        kind=QuestionKind.EXPLAIN, method=whole_method)
+                                        kind=QuestionKind.EXPLAIN, method=whole_method,
+                                        answer_tokens=answer_tokens)
                 if found is not None:
                     found[0].scope = scope
                     return found
@@ -457,7 +472,7 @@ class Workspace:
         if layered:  # a pool of whole blocks; each layer picks its own (narrowing would leave no blocks to pick)
             retrieved = self.pool(store, search, k, neighbours, scope)
             narrow = False
-        store.note_retrieved([r.event.id for r in retrieved])
+        self._note_retrieved(store, [r.event.id for r in retrieved])
         answer = Answer()
         answer.timings.retrieve_s = time.perf_counter() - started
         if narrow is None:
@@ -487,7 +502,8 @@ class Workspace:
                 weights = None if weights is None else [w for r, w in zip(read, weights) if id(r) in kept_ids]
                 read = result.retrieved = kept
         options = {"excerpts": excerpts} if excerpts else {}  # kv mode only (fit_cold)
-        stream = answerer.stream(question, read, history, started, answer, should_stop=should_stop,
+        stream = answerer.stream(question, read, history, started, answer,
+                                 max_tokens=capped(ANSWER_TOKENS, answer_tokens), should_stop=should_stop,
                                  weights=weights, spans=spans, lead_spans=lead_spans or None, **options)
         return result, self._timing_cold(stream, answerer)
 
@@ -501,7 +517,8 @@ class Workspace:
 
     def _ask_whole(self, store: Store, question: str, search: str, scope: Restriction, mode: str,
                    history: list[dict[str, str]] | None, started: float, should_stop: Callable[[], bool] | None,
-                   kind: QuestionKind = QuestionKind.WHOLE, method: str = WHOLE_METHOD
+                   kind: QuestionKind = QuestionKind.WHOLE, method: str = WHOLE_METHOD,
+                   answer_tokens: int | None = None
                    ) -> tuple[AskResult, Iterator[str]] | None:
         """A question about a named part as a whole: the part read in document order from its blocks, as far as the
         whole-scope context holds (engine/retrieval/whole_scope.py). None when the question names no part that
@@ -522,34 +539,35 @@ class Workspace:
         retrieved = reading.events
         for r in retrieved:
             r.cited_section = scope.cited_section(r.section) if scope.places and r.summary is None else None
-        store.note_retrieved([r.event.id for r in retrieved if r.summary is None])
+        self._note_retrieved(store, [r.event.id for r in retrieved if r.summary is None])
         answer = Answer()
         answer.timings.retrieve_s = time.perf_counter() - started
         result = AskResult(question, mode, retrieved, answer, scope, kind=kind,
                            reading=reading.described(what), search=search if search != question else None)
         answerer = self.answerer(mode, store, whole=True)
+        max_tokens = capped(WHOLE_ANSWER_TOKENS, answer_tokens)
         if method == "notes" and mode == "kv" and reading.read_tokens > NOTES_CHUNK_TOKENS * 3 // 2:
             result.reading += ", with notes on each part"
             return result, self._timing_cold(self._notes_then_answer(
-                answerer, result, what, code, history, started, should_stop), answerer)
-        stream = answerer.stream(request, retrieved, history, started, answer, max_tokens=WHOLE_ANSWER_TOKENS,
+                answerer, result, what, code, history, started, should_stop, max_tokens), answerer)
+        stream = answerer.stream(request, retrieved, history, started, answer, max_tokens=max_tokens,
                                  should_stop=should_stop)
         return result, self._timing_cold(stream, answerer)
 
     def _notes_then_answer(self, answerer, result: AskResult, what: str, code: bool,
                            history: list[dict[str, str]] | None, started: float,
-                           should_stop: Callable[[], bool] | None) -> Iterator[str]:
+                           should_stop: Callable[[], bool] | None, max_tokens: int) -> Iterator[str]:
         """Map-reduce (engine/answer/notes.py): notes on each chunk of what was read, then the answer from them."""
         taker = NoteTaker(answerer, NOTES_CHUNK_TOKENS, NOTE_TOKENS)
         notes = taker.notes(result.question, result.retrieved, code, should_stop)
         result.notes = [text for _, text in notes]
         yield from stream_notes_answer(answerer, notes_answer_request(result.question, what, code), notes, history,
-                                       started, result.answer, WHOLE_ANSWER_TOKENS, should_stop)
+                                       started, result.answer, max_tokens, should_stop)
 
     def _ask_overview(self, store: Store, question: str, search: str, scope: Restriction, mode: str,
                       history: list[dict[str, str]] | None, started: float,
-                      should_stop: Callable[[], bool] | None, docs: list[str] | None
-                      ) -> tuple[AskResult, Iterator[str]] | None:
+                      should_stop: Callable[[], bool] | None, docs: list[str] | None,
+                      answer_tokens: int | None = None) -> tuple[AskResult, Iterator[str]] | None:
         """A question about a document or the archive as a whole: the map's summaries, most general first (None
         when there is no map yet: answered as a lookup, with a note saying what `epi map` adds)."""
         if store.summaries().count() == 0:
@@ -571,8 +589,12 @@ class Workspace:
                            search=search if search != question else None)
         answerer = self.answerer(mode, store, whole=True)
         stream = answerer.stream(overview_request(question), retrieved, history, started, answer,
-                                 max_tokens=WHOLE_ANSWER_TOKENS, should_stop=should_stop)
+                                 max_tokens=capped(WHOLE_ANSWER_TOKENS, answer_tokens), should_stop=should_stop)
         return result, self._timing_cold(stream, answerer)
+
+    def _note_retrieved(self, store: Store, event_ids: list[int]) -> None:
+        if self.record_retrievals:
+            store.note_retrieved(event_ids)
 
     def condense(self, history: list[dict[str, str]], follow_up: str) -> str:
         """The standalone question a chat follow-up means, written by the answer model from the conversation
