@@ -194,7 +194,8 @@ def ingest(
     new_docs = {r.path for r in results if r.status == "ingested"}
     if kv and answerer != "none" and answerer != reader and new_docs:
         if background:  # every event without a block, then every part without a summary: the new ones included
-            render.job_started(background_job.start_job(store_path(store), answerer, threads, write_map), as_json)
+            render.job_started(*background_job.start_or_join(store_path(store), answerer, threads, write_map),
+                               as_json=as_json)
         else:
             warm_documents(answerer, store, threads, new_docs, as_json)
             if write_map:
@@ -435,7 +436,7 @@ def warm(
                 raise EpiError("this store keeps no KV blocks (its KV budget is 0); set one with `epi config "
                                "--kv-budget SIZE` first")
             started = background_job.start_job(st.path, chosen, threads, write_map)
-        render.job_started(started, as_json)
+        render.job_started(started, as_json=as_json)
         return
     warm_documents(chosen, store, threads, None, as_json)
 

@@ -20,11 +20,13 @@ from pathlib import Path
 from .engine.errors import EpiError
 from .engine.workspace import Workspace
 from .store import Store, StoreBusyError, StoreError
-from .store.job_status import (BLOCKS, DONE, FAILED, MAP, STOPPED, WAITING, JobStatus, read_status, write_status)
+from .store.job_status import (BLOCKS, DONE, FAILED, MAP, STOPPED, WAITING, JobStatus, job_lock, mark_pending,
+                               pending_since, read_status, write_status)
 
 LOG_FILE = "background-job.log"
 STATUS_EVERY_S = 1.0  # the status file is rewritten at most this often (every block would be thousands of writes)
 LOCK_RETRY_S = 2.0    # a job waiting for the writer lock (an ingest runs) looks again this often
+MAX_ROUNDS = 10       # blocks then map, again until a round finds nothing new (a quiet round costs a few queries)
 NICENESS = 10         # the job's scheduling priority below the user's commands (yield_the_cpu)
 
 
@@ -68,6 +70,23 @@ def start_job(store_dir: Path, model: str, threads: int | None, write_map: bool)
     return status
 
 
+STARTED, JOINED, BUSY = "started", "joined", "busy"
+
+
+def start_or_join(store_dir: Path, model: str, threads: int | None, write_map: bool) -> tuple[JobStatus, str]:
+    """For `epi ingest --background`, where a running job is normal, not an error: one running for `model` takes up
+    the new documents in its next round (JOINED); one running for another model is left alone (BUSY); otherwise a
+    new job starts (STARTED). (the job's status, which of the three)"""
+    with job_lock(store_dir):
+        current = job_status(store_dir)
+        if current is not None and current.running:
+            if current.model != model:
+                return current, BUSY
+            mark_pending(store_dir)
+            return current, JOINED
+        return start_job(store_dir, model, threads, write_map), STARTED
+
+
 def stop_job(store_dir: Path, wait_s: float = 30.0) -> JobStatus | None:
     """Ask the running job to stop (SIGTERM: it finishes the block it is writing) and wait for it to end."""
     status = job_status(store_dir)
@@ -96,6 +115,18 @@ def yield_the_cpu() -> None:
             f.write(str(NICENESS))
     except OSError:
         pass
+
+
+def _map_when_free(ws: Workspace, st: Store, status: JobStatus, progress, report) -> int:
+    """The map of whatever lacks it; while an ingest holds the writer lock, wait for it and go on (resumable)."""
+    while True:
+        try:
+            return ws.write_map(st, progress).written
+        except StoreBusyError:
+            status.phase = WAITING
+            report(force=True)
+            time.sleep(LOCK_RETRY_S)
+            status.phase = MAP
 
 
 def run_job(store_dir: Path, model: str, threads: int | None, write_map: bool) -> JobStatus:
@@ -129,23 +160,24 @@ def run_job(store_dir: Path, model: str, threads: int | None, write_map: bool) -
     try:
         with Store.open_existing(ws.store_dir) as st:
             ws.check_store(st)
-            phase(BLOCKS)
-            warmed = ws.warm(st, blocks_progress)
-            status.blocks_kept = warmed.events_kept
-            if write_map:
-                phase(MAP)
-                while True:
-                    try:
-                        mapped = ws.write_map(st, map_progress)
-                        status.summaries_written += mapped.written
-                        break
-                    except StoreBusyError:  # an ingest holds the writer lock: wait for it, then go on (resumable)
-                        status.phase = WAITING
+            for round_number in range(1, MAX_ROUNDS + 1):  # an ingest's documents added meanwhile: another round
+                round_started = time.time()
+                st.refresh()
+                phase(BLOCKS)
+                warmed = ws.warm(st, blocks_progress)
+                status.blocks_kept += warmed.events_kept
+                written = 0
+                if write_map:
+                    phase(MAP)
+                    written = _map_when_free(ws, st, status, map_progress, report)
+                    status.summaries_written += written
+                quiet = warmed.events_to_do == 0 and written == 0
+                with job_lock(store_dir):  # an ingest joins before this, and is taken up, or after, and starts anew
+                    if warmed.stopped or round_number == MAX_ROUNDS or (
+                            quiet and pending_since(store_dir) <= round_started):
+                        status.phase, status.message = DONE, warmed.stopped
                         report(force=True)
-                        time.sleep(LOCK_RETRY_S)
-                        status.phase = MAP
-            status.phase = DONE
-            status.message = warmed.stopped
+                        break
     except KeyboardInterrupt:
         status.phase, status.message = STOPPED, "stopped on request; `epi warm` goes on from where it stopped"
     except (EpiError, StoreError, OSError) as exc:

@@ -10,7 +10,15 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from filelock import FileLock
+
+from .file_lock import exclusive_lock
+
 JOB_FILE = "background-job.json"
+# Held while a job decides it is done and while an ingest decides to join it, so that none of the ingest's documents
+# falls between the job's last look and its end; the ingest marks what it adds in PENDING_FILE (its time).
+JOB_LOCK_FILE = "background-job.lock"
+PENDING_FILE = "background-job.pending"
 
 STARTING, BLOCKS, MAP, WAITING, DONE, FAILED, STOPPED = (
     "starting", "preparing blocks", "writing the map", "waiting for the writer lock", "done", "failed", "stopped")
@@ -66,3 +74,23 @@ def read_status(store_dir: Path) -> JobStatus | None:
         return JobStatus(**{k: v for k, v in data.items() if k in JobStatus.__dataclass_fields__})
     except (OSError, ValueError, TypeError):
         return None
+
+
+def job_lock(store_dir: Path) -> FileLock:
+    return exclusive_lock(Path(store_dir) / JOB_LOCK_FILE)
+
+
+def mark_pending(store_dir: Path) -> None:
+    """Documents were added for the running job to take up (under job_lock)."""
+    path = Path(store_dir) / PENDING_FILE
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(repr(time.time()), encoding="ascii")
+    os.replace(tmp, path)
+
+
+def pending_since(store_dir: Path) -> float:
+    """When documents were last added for the running job (0.0: never)."""
+    try:
+        return float((Path(store_dir) / PENDING_FILE).read_text(encoding="ascii"))
+    except (OSError, ValueError):
+        return 0.0

@@ -60,6 +60,13 @@ def test_background_warm_returns_at_once_and_finishes_blocks_and_map_while_asked
     asked = epi("ask", TEXT_QUESTION, "--store", str(store_dir), "--model", str(second_model), "--json")
     assert asked.exit_code == 0, asked.stderr  # answered while the job runs (cold events read from text)
     assert json.loads(asked.stdout)["answer"].strip()
+    more = tmp_path / "more.txt"
+    more.write_text("\n".join(prose_lines(seed=92, n=30)) + "\n", encoding="utf-8")
+    added = epi("ingest", str(more), "--store", str(store_dir), "--background", "--answer-model", str(second_model),
+                "--json")
+    assert added.exit_code == 0, added.output  # a running job is normal: joined (or, if it ended, a new one)
+    job_line = json.loads(added.stdout.strip().splitlines()[-1])["background_job"]
+    assert job_line["how"] in ("joined", "started"), job_line
 
     final = wait_until_done(store_dir)
     assert final["phase"] == "done", final
@@ -69,7 +76,7 @@ def test_background_warm_returns_at_once_and_finishes_blocks_and_map_while_asked
         time.sleep(0.1)
     assert not process_alive(pid)
     rerun = json.loads(epi("warm", "--store", str(store_dir), "--model", str(second_model), "--json").stdout)
-    assert rerun["events_to_do"] == 0  # every block is there
+    assert rerun["events_to_do"] == 0  # every block is there, the added document's too
     shown = epi("warm", "--status", "--store", str(store_dir))
     assert shown.exit_code == 0 and "done after" in shown.stderr and "blocks prepared" in shown.stderr
 
