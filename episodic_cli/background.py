@@ -49,7 +49,8 @@ def job_status(store_dir: Path) -> JobStatus | None:
     status = read_status(store_dir)
     if status is not None and status.running and not process_alive(status.pid):
         status.phase = STOPPED
-        status.message = "its process ended before it finished (killed?); `epi warm` goes on from where it stopped"
+        status.message = (f"its process ended before it finished (killed? its output is in {LOG_FILE}); `epi warm` "
+                          "goes on from where it stopped")
     return status
 
 
