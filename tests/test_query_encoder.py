@@ -1,6 +1,7 @@
-"""Questions are embedded by a numpy forward of all-MiniLM-L6-v2 (query_encoder.py) and events by
-sentence-transformers: both must give the same vectors, or retrieval would compare unlike things. Tolerance: 1e-5
-per coordinate of the unit vector (measured: < 2e-7); the ranking of events must not change."""
+"""Questions are embedded one at a time and events in padded batches, both by the numpy forward of all-MiniLM-L6-v2
+(query_encoder.py): both must give the same vectors, or retrieval would compare unlike things. Tolerance: 1e-5 per
+coordinate of the unit vector (measured: < 2e-7); the ranking of events must not change. Against
+sentence-transformers: tests/test_embedder_reference.py."""
 from __future__ import annotations
 
 import numpy as np
@@ -24,8 +25,8 @@ def embedder(engine) -> Embedder:
     return engine.embedder
 
 
-def test_question_vectors_match_sentence_transformers(embedder):
-    batch = embedder.embed_texts(TEXTS)
+def test_question_vectors_match_batch_vectors(embedder):
+    batch = embedder.embed_texts(TEXTS)  # padded to the longest
     for text, ref in zip(TEXTS, batch):
         got = embedder.embed_query(text)
         assert got.dtype == np.float32 and got.shape == (embedder.dim,)
@@ -52,14 +53,16 @@ def test_ranking_of_passages_is_unchanged(embedder):
         assert list(by_batch) == list(by_query)
 
 
-def test_asking_does_not_import_torch(tmp_path):
-    """The point of the numpy encoder: a question costs no torch import (6-8 s on 2 cores)."""
+def test_asking_and_ingesting_do_not_import_torch(tmp_path):
+    """The point of the numpy encoder: a question costs no torch import (6-8 s on 2 cores), and the install needs
+    no torch at all (1.3 GB with transformers, scipy and scikit-learn)."""
     import subprocess
     import sys
 
     code = ("import sys; import episodic_cli.app, episodic_cli.engine.diagnostics; "  # what `epi ask` imports
             "from episodic_cli.engine.embed.embedder import Embedder; e = Embedder(); "
             "v = e.embed_query('hello'); assert v.shape == (384,); "
+            "assert e.embed_texts(['hello', 'an event of ingest']).shape == (2, 384); "
             "print('torch' in sys.modules, 'sentence_transformers' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "False"]

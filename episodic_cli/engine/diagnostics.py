@@ -109,7 +109,7 @@ def collect(model: str | None, store: str | None, verify_blocks: bool = True, re
         # epi's patched build carries a local label (0.3.36+epi2): the same release, built with the patches
         ("llama-cpp-python", llama_cpp_version(), llama_cpp_version().split("+")[0] == PINNED_LLAMA_CPP),
     ]
-    for dist in ("torch", "sentence-transformers", "hnswlib", "pypdf", "ebooklib", "python-docx", "lxml", "watchfiles"):
+    for dist in ("tokenizers", "hnswlib", "pypdf", "ebooklib", "python-docx", "lxml", "watchfiles"):
         v = _version(dist)
         rows.append((dist, v, v != "not installed"))
     rows.append(ocr_row())
@@ -138,10 +138,12 @@ def collect(model: str | None, store: str | None, verify_blocks: bool = True, re
     except EpiError as exc:
         rows.append(("model", str(exc), False))
     try:
-        # Events are embedded by sentence-transformers, questions by the numpy encoder: they must agree.
-        cosine = float(ws.embedder.embed_texts(["doctor"])[0] @ ws.embedder.embed_query("doctor"))
-        rows.append(("embedder", f"{ws.embedder.name} ({ws.embedder.dim}-d), offline; question encoder agrees with "
-                     f"sentence-transformers (cosine {cosine:.6f})", cosine > 0.9999))
+        # Ingest embeds padded batches, a question is embedded alone: padding must change nothing (the attention
+        # mask), or questions and events would be compared as unlike things. The model files were hash-checked.
+        texts = ["doctor", "a longer text, so that the first one is padded in the batch"]
+        cosine = float(ws.embedder.embed_texts(texts)[0] @ ws.embedder.embed_query(texts[0]))
+        rows.append(("embedder", f"{ws.embedder.name} ({ws.embedder.dim}-d, numpy), offline, files as published; a "
+                     f"padded batch agrees with a single text (cosine {cosine:.6f})", cosine > 0.9999))
     except Exception as exc:  # noqa: BLE001 - any failure here is what doctor must report, not raise
         rows.append(("embedder", f"failed to load: {exc}", False))
     path = store_path(store)

