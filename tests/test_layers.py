@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 ENGINE = ROOT / "episodic_cli" / "engine"
 
 # What each part of the engine may import (besides itself). Parts not named here are modules at the engine's top.
-BASE = {"errors", "paths", "heap"}
+BASE = {"errors", "paths", "heap", "package_files"}
 ALLOWED = {
     "documents": BASE,
     "llama": BASE,
@@ -25,6 +25,7 @@ ALLOWED = {
     "answer": BASE | {"documents", "llama", "kv", "retrieval", "prompt", "budgets"},
     "errors": set(),
     "paths": {"errors"},
+    "package_files": {"errors", "paths"},  # where an installed model package's files are, checked by hash
     "heap": set(),
 }
 
