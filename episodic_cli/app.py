@@ -372,15 +372,20 @@ def chat(
         ws.close()
 
 
+def refuse_without_kv_budget(st: Store) -> None:
+    """Warming needs room for blocks: a store whose KV budget is 0 says how to give it some."""
+    if st.kv_budget <= 0:
+        raise EpiError("this store keeps no KV blocks (its KV budget is 0); set one with `epi config --kv-budget SIZE` "
+                       "first")
+
+
 def warm_documents(model: str, store: str | None, threads: int | None, documents: set[str] | None,
                    as_json: bool) -> None:
     """The answer model's blocks for `documents` (None: every document), with a progress bar and a summary."""
     ws = Workspace(model, store, threads, warn=render.warning)
     try:
         with Store.open_existing(ws.store_dir) as st:
-            if st.kv_budget <= 0:
-                raise EpiError("this store keeps no KV blocks (its KV budget is 0); set one with `epi config "
-                               "--kv-budget SIZE` first")
+            refuse_without_kv_budget(st)
             with render.status(f"loading {model} to prepare its KV blocks", quiet=as_json):
                 ws.check_store(st)
                 ws.answerer("kv", st)
@@ -432,9 +437,7 @@ def warm(
         raise typer.Exit(0 if result.phase == "done" else 1)
     if background:
         with Store.open_existing(store_path(store)) as st:
-            if st.kv_budget <= 0:
-                raise EpiError("this store keeps no KV blocks (its KV budget is 0); set one with `epi config "
-                               "--kv-budget SIZE` first")
+            refuse_without_kv_budget(st)
             started = background_job.start_job(st.path, chosen, threads, write_map)
         render.job_started(started, as_json=as_json)
         return
