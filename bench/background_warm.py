@@ -24,6 +24,8 @@ from pathlib import Path
 from ingest_default import fresh_home, run
 from ingest_throughput import bare_prefill_rate, haystack
 
+from episodic_cli.store.job_status import RUNNING_PHASES
+
 QUESTION = "What does the assert statement do when the expression is false?"
 
 
@@ -37,8 +39,7 @@ def wait_for_job(epi: list[str], store: Path, env: dict) -> dict:
         out = subprocess.run([*epi, "warm", "--status", "--store", str(store), "--json"], env=env,
                              capture_output=True, text=True).stdout
         job = json.loads(out)["background_job"]
-        if job is None or job["phase"] not in ("starting", "preparing blocks", "writing the map",
-                                               "waiting for the writer lock"):
+        if job is None or job["phase"] not in RUNNING_PHASES:
             return job
         time.sleep(1.0)
 

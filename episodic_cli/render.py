@@ -26,6 +26,7 @@ from rich.table import Table
 from .engine.retrieval.citations import citation, place_words, printable
 from .engine.ingest.pipeline import IngestResult
 from .engine.retrieval.retrieve import RetrievedEvent
+from .background import BUSY, JOINED, STARTED
 from .run_progress import RunProgress
 from .engine.documents.blocks import BLOCK_KINDS
 from .engine.documents.sources import EMPTY_FILE, Skipped, document_format
@@ -119,18 +120,18 @@ def warm_summary(result) -> None:
     err.print(escape(line), soft_wrap=True)
 
 
-def job_started(status, how: str = "started", as_json: bool = False) -> None:
+def job_started(status, how: str = STARTED, as_json: bool = False) -> None:
     """`how`: started, joined (a job already running for this model takes these documents up too) or busy (one runs
     for another model)."""
     if as_json:
         print(json.dumps({"background_job": {**status.as_json(), "how": how}}), flush=True)
         return
-    if how == "busy":
+    if how == BUSY:
         err.print(escape(f"a background job for {status.model} runs on this store (pid {status.pid}); when it is done, "
                          "`epi warm --background` prepares the new documents' blocks"), soft_wrap=True)
         return
     what = (f"the background job already running (pid {status.pid}) prepares {status.model}'s KV blocks and the map "
-            "for these documents too" if how == "joined" else
+            "for these documents too" if how == JOINED else
             f"preparing {status.model}'s KV blocks, then the map, in the background (pid {status.pid})")
     err.print(escape(f"{what}: ask now (what has no block yet is read from text); `epi warm --status` shows how far"),
               soft_wrap=True)

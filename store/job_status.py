@@ -59,12 +59,16 @@ def job_path(store_dir: Path) -> Path:
     return Path(store_dir) / JOB_FILE
 
 
+def _replace(path: Path, text: str) -> None:
+    """`path` holds `text` whole, old or new, for a reader at any moment (a temp file renamed over it)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
 def write_status(store_dir: Path, status: JobStatus) -> None:
     status.updated = time.time()
-    path = job_path(store_dir)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(asdict(status)), encoding="utf-8")
-    os.replace(tmp, path)
+    _replace(job_path(store_dir), json.dumps(asdict(status)))
 
 
 def read_status(store_dir: Path) -> JobStatus | None:
@@ -82,15 +86,12 @@ def job_lock(store_dir: Path) -> FileLock:
 
 def mark_pending(store_dir: Path) -> None:
     """Documents were added for the running job to take up (under job_lock)."""
-    path = Path(store_dir) / PENDING_FILE
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(repr(time.time()), encoding="ascii")
-    os.replace(tmp, path)
+    _replace(Path(store_dir) / PENDING_FILE, repr(time.time()))
 
 
 def pending_since(store_dir: Path) -> float:
     """When documents were last added for the running job (0.0: never)."""
     try:
-        return float((Path(store_dir) / PENDING_FILE).read_text(encoding="ascii"))
+        return float((Path(store_dir) / PENDING_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return 0.0

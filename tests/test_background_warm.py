@@ -16,6 +16,7 @@ from conftest import TEXT_QUESTION, prose_lines
 from episodic_cli.app import app
 from episodic_cli.background import process_alive
 from episodic_cli.store import Store
+from episodic_cli.store.job_status import RUNNING_PHASES
 
 from test_warm import copy_of
 
@@ -34,8 +35,7 @@ def wait_until_done(store_dir, timeout_s: float = 600) -> dict:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         now = status(store_dir)
-        if now is not None and now["phase"] not in ("starting", "preparing blocks", "writing the map",
-                                                    "waiting for the writer lock"):
+        if now is not None and now["phase"] not in RUNNING_PHASES:
             return now
         time.sleep(0.5)
     raise AssertionError(f"the background job did not end in {timeout_s} s: {status(store_dir)}")
