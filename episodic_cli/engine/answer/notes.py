@@ -49,15 +49,12 @@ class NoteTaker:
         self.note_tokens = note_tokens
 
     def notes(self, question: str, events: list[RetrievedEvent], code: bool,
-              should_stop: Callable[[], bool] | None = None,
-              progress: Callable[[int, int], None] | None = None) -> list[tuple[list[RetrievedEvent], str]]:
+              should_stop: Callable[[], bool] | None = None) -> list[tuple[list[RetrievedEvent], str]]:
         """(chunk, its note) for each chunk of `events` (summaries standing in for unread parts are passed through as
         their own text: they are notes already)."""
         out = []
         runs = chunks(events, self.chunk_tokens)
         for i, run in enumerate(runs):
-            if progress is not None:
-                progress(i, len(runs))
             if should_stop is not None and should_stop():
                 break
             own = [r for r in run if r.summary is None]
@@ -70,8 +67,6 @@ class NoteTaker:
                     pass
                 text = (text + " " + answer.text.strip()).strip()
             out.append((run, text))
-        if progress is not None:
-            progress(len(runs), len(runs))
         return out
 
 
