@@ -157,6 +157,7 @@ def _warm_runs(events: list[RetrievedEvent | None]) -> list[list[RetrievedEvent]
         runs.append(run)
     return runs
 
+
 def capped(limit: int, asked: int | None) -> int:
     """An answer's token limit: the path's own, or the caller's when it asks for fewer."""
     return limit if asked is None else min(limit, asked)
