@@ -15,6 +15,7 @@ from ..store.kv_tier import KVSpace
 from ..store.damage import readable_parts
 from ..store.episodic_store import DB_NAME
 from .documents import page_ocr
+from .embed.embedder import EMBEDDER_NAME
 from .errors import EpiError
 from .kv.keys import k_shift_left_to_llama_cpp, rope_params
 from .llama.backend import LlamaModel, default_threads, gpu_offload_supported, llama_cpp_version, system_info
@@ -162,7 +163,12 @@ def collect(model: str | None, store: str | None, verify_blocks: bool = True, re
             rows += [("store problem", p, False) for p in problems]
             try:
                 ws.check_store(st)
-                rows.append(("store embedder", "matches the embedder in use", True))
+                if st.identity.embedder == EMBEDDER_NAME:
+                    rows.append(("store embedder", "matches the embedder in use", True))
+                else:  # a store made before token windows: it keeps working, with the windows it was made with
+                    rows.append(("store embedder", f"{st.identity.embedder}: 160-word windows, as when it was made "
+                                 "(a long event's tail past 256 word pieces is not embedded); a store made by "
+                                 "this epi uses 256-piece windows", True))
             except StoreError as exc:
                 rows.append(("store embedder", str(exc), False))
             rows.append(_event_checksum_row(st))

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from ..store import Store, StoreIdentity
+from ..store import Store, StoreIdentity, StoreMismatchError
 from .answer.kv_mode import KVModeAnswerer, PrepareProgress, event_block_key
 from .answer.layered import LayeredAnswerer
 from .answer.notes import NoteTaker, stream_notes_answer
@@ -24,7 +24,7 @@ from .budgets import (ANSWER_CONTEXT, ANSWER_TOKENS, DEFAULT_K, EVIDENCE_BUDGET,
                       PROMPT_OVERHEAD, QUESTION_ROOM, RELINK_TOKENS, SUMMARY_TOKENS, WARM_RUN_TOKENS,
                       WHOLE_ANSWER_TOKENS, WHOLE_CONTEXT, WHOLE_METHOD)
 from .documents.structure import describe as describe_section
-from .embed.embedder import EMBED_DIM, EMBEDDER_NAME, Embedder
+from .embed.embedder import EMBED_DIM, KNOWN_NAMES, Embedder
 from .errors import EpiError
 from .ingest.cluster import ClusterIngestor, ClusterSpec, WorkerJob
 from .ingest.document_pass import DEFAULT_COMMIT_EVERY
@@ -222,18 +222,36 @@ class Workspace:
         vocab = hashlib.sha256(b"\x00".join(self.model.pieces())).hexdigest()
         segmenter = {"model_name": self.model.info.name, "model_sha256": self.prepared.sha256,
                      "tokenizer_sha256": vocab}
-        return StoreIdentity(embedder=EMBEDDER_NAME, embed_dim=EMBED_DIM, segmenter=segmenter,
+        return StoreIdentity(embedder=self.embedder.name, embed_dim=EMBED_DIM, segmenter=segmenter,
                              segmentation=params.as_dict())
 
     def store_for_writing(self, params: SegmentParams) -> Store:
-        return Store.create_or_open(self.store_dir, self.identity(params))
+        """The store, created with today's embedder, or opened with the one it was made with if this epi still knows
+        it (a store from before token windows goes on with word windows: embedder.py)."""
+        try:
+            return Store.create_or_open(self.store_dir, self.identity(params))
+        except StoreMismatchError as exc:
+            if exc.field != "embedder" or exc.stored not in KNOWN_NAMES:
+                raise
+            self.embedder = self.embedder.named(exc.stored)
+            return Store.create_or_open(self.store_dir, self.identity(params))
 
     def store_for_reading(self) -> Store:
-        return Store.open_existing(self.store_dir)
+        store = Store.open_existing(self.store_dir)
+        self._adopt_embedder(store)
+        return store
+
+    def _adopt_embedder(self, store: Store) -> None:
+        """Embed as `store` was embedded, if this epi knows how (embedder.py: KNOWN_NAMES); check_store refuses
+        the rest."""
+        if store.identity.embedder in KNOWN_NAMES:
+            self.embedder = self.embedder.named(store.identity.embedder)
 
     def check_store(self, store: Store) -> None:
-        """Asking needs the embedder the archive's vectors come from; any chat model can answer (its own KV tier)."""
-        store.check_identity(StoreIdentity(embedder=EMBEDDER_NAME, embed_dim=EMBED_DIM))
+        """Asking needs the embedder the archive's vectors come from (any that this epi knows is taken up); any chat
+        model can answer (its own KV tier)."""
+        self._adopt_embedder(store)
+        store.check_identity(StoreIdentity(embedder=self.embedder.name, embed_dim=EMBED_DIM))
 
     # -- commands ---------------------------------------------------------------------------------------------
 
@@ -248,6 +266,7 @@ class Workspace:
                  commit_every: int = DEFAULT_COMMIT_EVERY) -> Ingestor:
         """The ingest pass fills the segmenter's own tier with `kv_kind` blocks (None or a budget of 0: none); a long
         document is committed every `commit_every` events (its checkpoints)."""
+        self._adopt_embedder(store)
         keeper = None
         if kv_kind is not None and store.kv_budget > 0:
             keeper = self.block_keeper(store, kv_kind)
@@ -260,7 +279,8 @@ class Workspace:
         choice = self.model_choice
         if choice and Path(choice).is_file():  # a worker process runs in a folder of its own: name the file whole
             choice = str(Path(choice).resolve())
-        return WorkerJob(choice, self.prepared.sha256, tier, ingestor.params, spec.result_limit)
+        return WorkerJob(choice, self.prepared.sha256, tier, ingestor.params, spec.result_limit,
+                         embedder=ingestor.embedder.name)
 
     @contextmanager
     def ingest_run(self, store: Store, params: SegmentParams, kv_kind: str | None, kv_budget: int | None,
@@ -367,6 +387,7 @@ class Workspace:
         at most this many tokens of them instead (the best hit is always kept)."""
         if k < 1:
             raise EpiError("-k must be at least 1")
+        self._adopt_embedder(store)
         scope = scope or self.scope(store, question, docs)
         text = scope.query or question  # inside "chapter 3", search for the rest of the question
         query = self.embedder.embed_query(text)
@@ -610,6 +631,7 @@ class Workspace:
                   documents: set[str] | None = None, should_stop: Callable[[], bool] | None = None) -> MapProgress:
         """Summaries of every part, document and collection that lacks a current one (engine/answer/map_writer.py),
         from this model's blocks; resumable. `documents`: only these (their stored paths)."""
+        self._adopt_embedder(store)
         answerer = self.answerer("kv", store, whole=True)
         writer = MapWriter(store, answerer, f"{self.model.info.name} {self.prepared.sha256[:12]}",
                            self.embedder.embed_query,

@@ -91,7 +91,7 @@ def _gelu_block(x: np.ndarray, out: np.ndarray, i: int, step: int) -> None:
 class QueryEncoder:
     """Embeds texts: token ids -> BERT (6 layers) -> mean over the real tokens -> unit vector (float32)."""
 
-    def __init__(self, model_dir: Path):
+    def __init__(self, model_dir: Path, window_overlap: int = 0):
         from tokenizers import Tokenizer
 
         config = json.loads((model_dir / "config.json").read_text())
@@ -103,21 +103,38 @@ class QueryEncoder:
         self.w = read_safetensors(model_dir / "model.safetensors")
         self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         self.tokenizer.no_padding()
-        self.tokenizer.enable_truncation(max_length=MAX_SEQ_LENGTH)
+        # Truncation with a stride keeps what does not fit as further windows (`overflowing`), each starting
+        # `window_overlap` pieces before the previous one ended; the first window is plain truncation.
+        self.tokenizer.enable_truncation(max_length=MAX_SEQ_LENGTH, stride=window_overlap)
 
-    def token_ids(self, text: str) -> np.ndarray:
-        return np.asarray(self.tokenizer.encode(text.strip()).ids, dtype=np.int64)
+    def _encodings(self, texts: list[str]) -> list:
+        # sentence-transformers strips each text before tokenizing; so must we, or the vectors differ.
+        return self.tokenizer.encode_batch([t.strip() for t in texts])
+
+    def truncated_ids(self, texts: list[str]) -> list[list[int]]:
+        """Each text's first MAX_SEQ_LENGTH pieces (with [CLS] and [SEP]): what sentence-transformers reads."""
+        return [e.ids for e in self._encodings(texts)]
+
+    def window_ids(self, texts: list[str]) -> list[list[list[int]]]:
+        """Each text as all the overlapping windows of MAX_SEQ_LENGTH pieces it takes, none of it dropped."""
+        return [[e.ids] + [o.ids for o in e.overflowing] for e in self._encodings(texts)]
 
     def encode(self, text: str) -> np.ndarray:
-        return self._forward(self.token_ids(text)[None, :], None)[0]
+        """The vector of `text`'s first MAX_SEQ_LENGTH pieces, as sentence-transformers gives it."""
+        return self.encode_ids(self.truncated_ids([text])[0])
+
+    def encode_ids(self, ids: list[int]) -> np.ndarray:
+        return self._forward(np.asarray(ids, dtype=np.int64)[None, :], None)[0]
 
     def encode_batch(self, texts: list[str], batch_size: int = 32) -> np.ndarray:
-        """One unit vector per text, (len(texts), dim) float32. Texts are grouped by token count, as
-        sentence-transformers does, so that each batch pads to a length close to all of its texts."""
-        # sentence-transformers strips each text before tokenizing; so must we, or the vectors differ.
-        ids = [e.ids for e in self.tokenizer.encode_batch([t.strip() for t in texts])]
+        """One unit vector per text (its first MAX_SEQ_LENGTH pieces), (len(texts), dim) float32."""
+        return self.encode_ids_batch(self.truncated_ids(texts), batch_size)
+
+    def encode_ids_batch(self, ids: list[list[int]], batch_size: int = 32) -> np.ndarray:
+        """One unit vector per token sequence. Sequences are grouped by length, as sentence-transformers does, so
+        that each batch pads to a length close to all of its members."""
         order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
-        out = np.empty((len(texts), self.w["embeddings.word_embeddings.weight"].shape[1]), dtype=np.float32)
+        out = np.empty((len(ids), self.w["embeddings.word_embeddings.weight"].shape[1]), dtype=np.float32)
         for start in range(0, len(order), batch_size):
             rows = order[start : start + batch_size]
             width = len(ids[rows[0]])  # the longest of this batch: rows are in decreasing length

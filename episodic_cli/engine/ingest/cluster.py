@@ -28,7 +28,7 @@ from pathlib import Path
 from ...store import DocumentRecord, EventRecord
 from ...store.kv_tier import Admission, TierConfig
 from ..documents.sources import Skipped
-from ..embed.embedder import Embedder
+from ..embed.embedder import EMBEDDER_NAME, Embedder
 from ..errors import EpiError
 from ..kv.keeper import BlockKeeper, tier_config
 from ..llama.backend import LlamaModel, default_threads
@@ -84,6 +84,7 @@ class WorkerJob:
     params: SegmentParams
     result_limit: int
     threads: int = 0             # llama.cpp threads per worker: set once the cluster's CPUs are known
+    embedder: str = EMBEDDER_NAME  # the store's embedder identity: it decides how long events are cut into windows
 
 
 @dataclass
@@ -163,7 +164,7 @@ class _Worker:
             keeper = BlockKeeper(self.tier, self.model)
         self.spool = Path(tempfile.mkdtemp(prefix="epi-worker-"))
         self.store = _CollectingStore(self.spool)
-        embedder = Embedder(job.threads)
+        embedder = Embedder(job.threads, job.embedder)
         embedder.load(batches=True)
         self.ingestor = Ingestor(self.store, self.model, embedder, job.params, job.threads, keeper,
                                  segmenter=f"{self.model.info.name} {prepared.sha256}", commit_every=sys.maxsize)
