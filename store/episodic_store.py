@@ -465,6 +465,32 @@ class Store:
             differing += self._index.differing(found, vectors)
         return len(ids), differing
 
+    def replace_embeddings(self, embedder: str, events: dict[int, np.ndarray], summaries: dict[int, np.ndarray]
+                           ) -> None:
+        """Every event's and summary's vector replaced (each must be given) and the archive's embedder renamed, in one
+        transaction: an interrupted run changes nothing. The dense index is then rebuilt from the new vectors."""
+        with self.writer():
+            event_ids = self._sqlite_event_ids()
+            summary_ids = {r[0] for r in self._conn.execute("SELECT id FROM summaries")}
+            if set(events) != event_ids or set(summaries) != summary_ids:
+                raise ValueError("replace_embeddings needs a vector for every event and every summary of the store")
+            for vec in (*events.values(), *summaries.values()):
+                vec = np.asarray(vec, dtype=np.float32).reshape(-1)
+                if vec.shape != (self.identity.embed_dim,) or not np.all(np.isfinite(vec)) or not np.any(vec):
+                    raise ValueError(f"embeddings must be {self.identity.embed_dim} finite, non-zero float32 values")
+            identity = dataclasses.replace(self.identity, embedder=embedder)
+            with self._transaction("re-embedding"):
+                self._conn.executemany("UPDATE events SET embedding = ? WHERE id = ?",
+                                       ((np.asarray(v, dtype=np.float32).tobytes(), i) for i, v in events.items()))
+                self._conn.executemany("UPDATE summaries SET embedding = ? WHERE id = ?",
+                                       ((np.asarray(v, dtype=np.float32).tobytes(), i) for i, v in summaries.items()))
+                self._conn.execute("UPDATE meta SET value = ? WHERE key = 'identity'",
+                                   (json.dumps(dataclasses.asdict(identity), sort_keys=True),))
+            self.identity = identity
+            self._index = self._rebuild_index()
+            self._index_loaded = True
+            self._index_dirty = True  # saved when the writer lets go
+
     def rebuild_index(self) -> None:
         """Rebuild the index file from SQLite's embeddings (doctor --repair), under the writer lock."""
         with self.writer():

@@ -66,6 +66,11 @@ class SummaryRecord:
     id: int | None = None
     created_at: float = 0.0
 
+    @property
+    def embedding_text(self) -> str:
+        """What a summary's vector is made from: its label names the part, which the text itself may not."""
+        return f"{self.label}: {self.text}"
+
 
 def part_key(document_id: int, path: list | None) -> str:
     """A part's key: its document and its section path ([] for a document read as one part)."""

@@ -24,7 +24,8 @@ from .budgets import (ANSWER_CONTEXT, ANSWER_TOKENS, DEFAULT_K, EVIDENCE_BUDGET,
                       PROMPT_OVERHEAD, QUESTION_ROOM, RELINK_TOKENS, SUMMARY_TOKENS, WARM_RUN_TOKENS,
                       WHOLE_ANSWER_TOKENS, WHOLE_CONTEXT, WHOLE_METHOD)
 from .documents.structure import describe as describe_section
-from .embed.embedder import EMBED_DIM, KNOWN_NAMES, Embedder
+from .embed.embedder import EMBED_DIM, EMBEDDER_NAME, KNOWN_NAMES, Embedder
+from .embed.reembed import ReembedProgress, reembed
 from .errors import EpiError
 from .ingest.cluster import ClusterIngestor, ClusterSpec, WorkerJob
 from .ingest.document_pass import DEFAULT_COMMIT_EVERY
@@ -254,6 +255,13 @@ class Workspace:
         store.check_identity(StoreIdentity(embedder=self.embedder.name, embed_dim=EMBED_DIM))
 
     # -- commands ---------------------------------------------------------------------------------------------
+
+    def reembed(self, store: Store, progress: Callable[[ReembedProgress], None] | None = None) -> ReembedProgress:
+        """`store`'s vectors made again with this epi's embedder windows (engine/embed/reembed.py); the workspace
+        embeds as the store does afterwards."""
+        result = reembed(store, self.embedder.named(EMBEDDER_NAME), progress)
+        self._adopt_embedder(store)
+        return result
 
     def block_keeper(self, store: Store, kind: str | None = None) -> BlockKeeper:
         """This model's KV tier of the store (blocks of `kind`, default the store's), with the store's budget."""

@@ -242,13 +242,14 @@ class MapWriter:
     def _record(self, level: str, key: str, label: str, text: str, sha: str, doc: DocumentRecord | None,
                 events: list[EventRecord] | None, n_tokens: int) -> None:
         first, last = (events[0], events[-1]) if events else (None, None)
-        self.shelf.put(SummaryRecord(
+        record = SummaryRecord(
             level=level, key=key, label=label, text=text, model=self.model_name, content_sha256=sha,
             n_tokens=n_tokens, document_id=None if doc is None else doc.id,
             first_ordinal=None if first is None else first.ordinal, last_ordinal=None if last is None else last.ordinal,
             page_start=None if first is None else first.page_start, page_end=None if last is None else last.page_end,
-            line_start=None if first is None else first.line_start, line_end=None if last is None else last.line_end,
-            embedding=self.embed(f"{label}: {text}")), place=f"{doc.display_path if doc else ''}")
+            line_start=None if first is None else first.line_start, line_end=None if last is None else last.line_end)
+        record.embedding = self.embed(record.embedding_text)
+        self.shelf.put(record, place=f"{doc.display_path if doc else ''}")
 
     def _write_part(self, part: MapPart) -> None:
         """A part (or a chunk of one) from its events' KV blocks, in document order."""
