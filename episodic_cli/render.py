@@ -97,6 +97,23 @@ def map_progress(quiet: bool = False) -> Iterator[Callable]:
                                             written=state.written)
 
 
+@contextlib.contextmanager
+def reembed_progress(quiet: bool = False) -> Iterator[Callable]:
+    """Events and summaries embedded again (rate, ETA); yields update(ReembedProgress)."""
+    with Progress(TextColumn("embedding again"), BarColumn(), MofNCompleteColumn(), TextColumn("events"),
+                  TimeRemainingColumn(), console=err, transient=True, disable=quiet or not err.is_terminal) as progress:
+        task = progress.add_task("reembed", total=None)
+        yield lambda state: progress.update(task, completed=state.done, total=max(state.total, 1))
+
+
+def reembed_summary(result, embedder: str) -> None:
+    if not result.written:
+        err.print(escape(f"nothing to do: the store is embedded with {embedder} already"), soft_wrap=True)
+        return
+    err.print(escape(f"embedded {result.done:,} events and summaries again in {_duration(result.seconds)}; the "
+                     f"store's embedder is now {embedder}"), soft_wrap=True)
+
+
 def map_summary(result) -> None:
     levels = ", ".join(f"{n} {level}" for level, n in result.per_level.items() if n)
     line = (f"wrote {result.written:,} summaries ({levels or 'none'}) in {_duration(result.seconds)}"

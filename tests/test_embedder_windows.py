@@ -3,6 +3,9 @@
 with 160-word windows, keep that identity and keep working, ingest included."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -65,7 +68,8 @@ def test_an_unknown_embedder_name_is_refused_with_what_to_do():
         Embedder(name="all-MiniLM-L6-v2 (4096-piece windows)")
 
 
-def test_a_store_made_with_word_windows_keeps_them_for_questions_and_ingest(engine, tmp_path):
+def legacy_store(engine, tmp_path) -> Path:
+    """A store whose identity says word windows, with one document ingested into it by this epi."""
     store_dir = tmp_path / "old"
     Store.create_or_open(store_dir, StoreIdentity(embedder=LEGACY_NAME, embed_dim=384)).close()
     doc = tmp_path / "notes.txt"
@@ -83,16 +87,76 @@ def test_a_store_made_with_word_windows_keeps_them_for_questions_and_ingest(engi
         ingestor.close()
         assert [r.status for r in results] == ["ingested"]
         assert store.identity.embedder == LEGACY_NAME
-        events = store.events_of(store.documents()[0].id)
-        for event, expected in zip(events, ws.embedder.embed_texts([e.text for e in events])):
-            [(_, score)] = store.search_dense(expected, 1, within={event.id})
-            assert score > 1 - 1e-5  # word windows, as the store's other vectors
     finally:
         store.close()
-    fresh = workspace_for(engine, tmp_path / "new")
-    assert fresh.embedder.name == EMBEDDER_NAME
+    return store_dir
+
+
+def stored_matches(store: Store, embedder: Embedder) -> bool:
+    """Every event's stored vector is the one `embedder` gives its text."""
+    events = [e for d in store.documents() for e in store.events_of(d.id)]
+    for event, expected in zip(events, embedder.embed_texts([e.text for e in events])):
+        [(_, score)] = store.search_dense(expected, 1, within={event.id})
+        if score < 1 - 1e-5:
+            return False
+    return True
+
+
+def test_a_store_made_with_word_windows_keeps_them_for_questions_and_ingest(engine, tmp_path):
+    store_dir = legacy_store(engine, tmp_path)
     reading = workspace_for(engine, store_dir)
     with reading.store_for_reading() as st:
         reading.check_store(st)
         assert reading.embedder.name == LEGACY_NAME
+        assert stored_matches(st, reading.embedder)  # word windows, as the store's other vectors
         assert reading.retrieve(st, "What is the parrot called?", 2)
+    assert workspace_for(engine, tmp_path / "new").embedder.name == EMBEDDER_NAME
+
+
+def test_epi_reembed_gives_an_old_store_the_new_windows_all_or_nothing(engine, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from episodic_cli.app import app
+    from episodic_cli.engine.embed import reembed as reembed_module
+    from episodic_cli.store.summaries import PART, SummaryRecord
+
+    store_dir = legacy_store(engine, tmp_path)
+    with Store.open_existing(store_dir) as st, st.writer():
+        document = st.documents()[0]
+        summary = SummaryRecord(level=PART, key="part:1", label="notes.txt", text="A parrot and a cache.",
+                                model="m", content_sha256=document.content_sha256, n_tokens=10,
+                                document_id=document.id)
+        summary.embedding = engine.embedder.named(LEGACY_NAME).embed_query(summary.embedding_text)
+        st.summaries().put(summary)
+    runner = CliRunner()
+
+    first = {"n": 0}
+    real = Embedder.embed_texts
+
+    def dies_on_second_batch(self, texts, batch_size=32):  # failure injection: Ctrl-C after the first batch
+        first["n"] += 1
+        if first["n"] > 1:
+            raise KeyboardInterrupt
+        return real(self, texts, batch_size)
+
+    monkeypatch.setattr(reembed_module, "BATCH", 4)
+    monkeypatch.setattr(Embedder, "embed_texts", dies_on_second_batch)
+    interrupted = runner.invoke(app, ["reembed", "--store", str(store_dir)])
+    assert interrupted.exit_code != 0
+    monkeypatch.setattr(Embedder, "embed_texts", real)
+    with Store.open_existing(store_dir) as st:  # interrupted: nothing changed
+        assert st.identity.embedder == LEGACY_NAME
+        assert stored_matches(st, engine.embedder.named(LEGACY_NAME))
+
+    done = runner.invoke(app, ["reembed", "--store", str(store_dir), "--json"])
+    assert done.exit_code == 0, done.output
+    report = json.loads(done.stdout)
+    assert report["embedder_before"] == LEGACY_NAME and report["embedder"] == EMBEDDER_NAME
+    with Store.open_existing(store_dir) as st:
+        assert st.identity.embedder == EMBEDDER_NAME
+        assert report["embedded"] == sum(d.n_events for d in st.documents()) + 1
+        assert stored_matches(st, engine.embedder)
+        query = engine.embedder.embed_query(summary.embedding_text)
+        assert st.summaries().search_dense(query, 1)[0][1] > 1 - 1e-5  # the summary's vector was made again
+    again = runner.invoke(app, ["reembed", "--store", str(store_dir)])
+    assert again.exit_code == 0 and "nothing to do" in again.stderr
