@@ -171,6 +171,22 @@ def test_no_ends_a_sentence_unless_a_number_follows():
         "Done."]
 
 
+@pytest.mark.parametrize("forms", [["class", "classes"], ["use", "used", "uses", "using"],
+                                   ["define", "defined", "defines"], ["stand", "stands"], ["retry", "retries"],
+                                   ["cache", "caches", "caching"], ["betray", "betrayed", "betrays"]])
+def test_the_forms_of_a_word_meet_when_stemmed(forms):
+    """stem() cut "class" to "clas" but "classes" to "class", and left "use" "used" "uses" apart (issue 35): English
+    Snowball meets them."""
+    assert len({E.stem(w) for w in forms}) == 1, {w: E.stem(w) for w in forms}
+
+
+def test_identifiers_keep_their_form_and_questions_meet_sentences_across_forms():
+    for ident in ("max_retries", "x86", "asn1", "v2", "0.3.36"):
+        assert E.stem(ident) == ident
+    shared = E.content_words("Which classes does the loader use?") & E.content_words("Each class is used once.")
+    assert shared == {E.stem("class"), E.stem("use")}
+
+
 def test_a_long_wrapped_sentence_reaches_the_reader_whole():
     """README's install sentence (~400 characters over four lines) was cut at a line end before the version, so the
     sentence holding "5-7 minutes" never reached the model."""

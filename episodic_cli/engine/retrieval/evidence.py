@@ -20,6 +20,7 @@ import math
 import re
 from collections import Counter
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ...store.lexical import STOP_WORDS
 from ..documents.blocks import BLOCK_KINDS
@@ -76,14 +77,21 @@ def words(text: str) -> list[str]:
     return out
 
 
+@lru_cache(maxsize=1)
+def _english_stemmer():
+    import snowballstemmer  # ~0.1 s to import (all 36 languages): only when a question is first scored
+
+    return snowballstemmer.stemmer("english")  # PyStemmer's C version where that is installed
+
+
+@lru_cache(maxsize=1 << 16)
 def stem(word: str) -> str:
-    """A light suffix strip so that "stands"/"stand" and "defines"/"defined" meet; identifiers keep their form."""
-    if len(word) <= 4 or not word.isalpha():
+    """The English Snowball (Porter2) stem of a lower-case word, so that "class"/"classes", "use"/"used"/"uses" and
+    "defines"/"defined" meet; a word with digits, underscores or dots (an identifier, a version) keeps its form. The
+    cache keeps the pure-Python stemmer off the answer's path (a question and its sentences repeat their words)."""
+    if not word.isalpha():
         return word
-    for suffix in ("ing", "ed", "es", "s"):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            return word[: -len(suffix)]
-    return word
+    return _english_stemmer().stemWord(word)
 
 
 def content_words(text: str) -> set[str]:
