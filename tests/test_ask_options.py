@@ -1,11 +1,12 @@
 """A question's choices as one record (engine/ask_options.py): every combination that cannot run is refused in one
-line saying what to do, and the defaults are `epi ask`'s own. No model, no store: the record is checked where it is
-made."""
+line saying what to do, the defaults are `epi ask`'s own, and the store's default mode is checked like a named one.
+No model, no store: the record is checked where it is made."""
 from __future__ import annotations
 
 import dataclasses
 import inspect
 import re
+from types import SimpleNamespace
 
 import pytest
 
@@ -14,6 +15,7 @@ from episodic_cli.api import Archive, read_kind
 from episodic_cli.engine.ask_options import AskOptions
 from episodic_cli.engine.errors import EpiError
 from episodic_cli.engine.retrieval.question_kind import QuestionKind
+from episodic_cli.engine.workspace import Workspace
 
 
 @pytest.mark.parametrize("choices,needles", [
@@ -79,3 +81,13 @@ def test_the_defaults_are_what_epi_ask_uses():
                       cold_seconds=api["cold_seconds"], kind=read_kind(api["read"]),
                       answer_tokens=api["answer_tokens"]) == defaults
 
+
+@pytest.mark.parametrize("choice,needle", [({"epman": True}, "--epman"), ({"layered": True}, "--layered")])
+def test_a_kv_only_choice_is_refused_on_a_store_without_blocks(tmp_path, choice, needle):
+    """No mode named: the store's (text for a KV budget of 0) is filled in and checked by the same rule."""
+    ws = Workspace(store=str(tmp_path / "store"))
+    without_blocks, with_blocks = SimpleNamespace(kv_budget=0), SimpleNamespace(kv_budget=1 << 30)
+    with pytest.raises(EpiError, match=f"^{needle} .* needs kv mode"):
+        ws.resolve(without_blocks, AskOptions(**choice))
+    assert ws.resolve(with_blocks, AskOptions(**choice)).mode == "kv"
+    assert ws.resolve(without_blocks, AskOptions(mode="kv", **choice)).mode == "kv"  # a named mode stays
