@@ -25,7 +25,7 @@ import sys
 import time
 from collections import Counter
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 
@@ -34,6 +34,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import generators as gen  # noqa: E402
 
+from episodic_cli.engine.ask_options import AskOptions  # noqa: E402
 from episodic_cli.engine.llama import layer_visibility  # noqa: E402
 from episodic_cli.engine.prompt import SYSTEM_PROMPT, build_messages, sources_turn  # noqa: E402
 from episodic_cli.engine.paths import cache_dir  # noqa: E402
@@ -379,17 +380,20 @@ def event_keys(got: list[RetrievedEvent]) -> list[list]:
     return [[r.document.display_path, r.event.ordinal] for r in got]
 
 
+# The harness's choices unless a condition says otherwise: 3 hits (its answers are short facts), and no cold limit:
+# every retrieved event is read whatever preparing it costs, so that a row measures its condition, not the machine.
+BENCH_OPTIONS = AskOptions(k=3, cold_seconds=None)
+
+
 def ask_once(ws: Workspace, store: Store, question: str, gold_text: str, warnings: list[str],
-             max_tokens: int = ANSWER_MAX_TOKENS, k: int = 3, mode: str | None = None, neighbours: int = 1,
-             epman: bool = False, **options):
-    """One answer through Workspace.ask, stopped after `max_tokens` pieces (the stream's tokens): the result, and a
-    row of what it read, said and took. `warnings` is the list the workspace warns into (kv fallbacks); `options`
-    go to Workspace.ask as they are (narrow, layered)."""
+             options: AskOptions = BENCH_OPTIONS, max_tokens: int = ANSWER_MAX_TOKENS):
+    """One answer through Workspace.ask with `options` (variations of BENCH_OPTIONS), stopped after `max_tokens`
+    pieces (the stream's tokens): the result, and a row of what it read, said and took. `warnings` is the list the
+    workspace warns into (kv fallbacks)."""
     n_pieces = 0
     del warnings[:]
     t0, c0 = time.perf_counter(), time.process_time()
-    result, stream = ws.ask(store, question, k, mode=mode, neighbours=neighbours,
-                            should_stop=lambda: n_pieces >= max_tokens, epman=epman, **options)
+    result, stream = ws.ask(store, question, options, should_stop=lambda: n_pieces >= max_tokens)
     for _ in stream:
         n_pieces += 1
     secs = time.perf_counter() - t0
@@ -478,8 +482,8 @@ class Harness:
         h.ws.layered_pool = c.pool * h.ws.room()
         if c.layered:
             h.ws.answerer("kv", h.store, layered=True).reread_question = c.reread
-        _, row = ask_once(h.ws, h.store, q.question, q.gold_text, h.warnings, k=c.k, mode=c.mode, neighbours=c.nb,
-                          epman=c.epman, layered=c.layered)
+        options = replace(BENCH_OPTIONS, k=c.k, mode=c.mode, neighbours=c.nb, epman=c.epman, layered=c.layered)
+        _, row = ask_once(h.ws, h.store, q.question, q.gold_text, h.warnings, options)
         return {"mode": row["mode"], "kv": h.kind if row["mode"] == "kv" else None, "k": c.k, "neighbours": c.nb,
                 "epman": c.epman, "layered": c.layered, "pool_tokens": h.ws.pool_tokens() if c.layered else None,
                 **row}

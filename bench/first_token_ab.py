@@ -18,10 +18,11 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from eval import ask_once, load_average  # noqa: E402
+from eval import BENCH_OPTIONS, ask_once, load_average  # noqa: E402
 from heldout import stored_questions  # noqa: E402
 
 from episodic_cli.engine.paths import cache_dir  # noqa: E402
@@ -46,8 +47,8 @@ def main(argv: list[str] | None = None) -> int:
         shift = len(rows) % len(names)
         row = {"qid": q["qid"]}
         for name in names[shift:] + names[:shift]:
-            result, r = ask_once(ws, store, q["question"], q["gold_text"], [], max_tokens=ANSWER_MAX_TOKENS,
-                                 mode="kv", **CONDITIONS[name])
+            result, r = ask_once(ws, store, q["question"], q["gold_text"], [],
+                                 replace(BENCH_OPTIONS, mode="kv", **CONDITIONS[name]), max_tokens=ANSWER_MAX_TOKENS)
             row[name] = r["first_token_s"]
         rows.append(row)
         print(f"  {q['qid']:<16} " + "  ".join(f"{n} {row[n]:.2f}s" for n in names), flush=True)

@@ -26,11 +26,12 @@ import platform
 import statistics
 import sys
 import time
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from eval import ask_once, covers, load_average, score_answer, squash  # noqa: E402
+from eval import BENCH_OPTIONS, ask_once, covers, load_average, score_answer, squash  # noqa: E402
 
 from episodic_cli.engine.llama.models import answer_model, reader_model  # noqa: E402
 from episodic_cli.engine.paths import cache_dir  # noqa: E402
@@ -123,10 +124,10 @@ def ingest(ws: Workspace, paths: list[Path], log) -> dict:
 
 def ask(ws: Workspace, store, question: dict, mode: str, warnings: list[str], short: bool = True,
         narrow: bool | None = None, cold_seconds: float | None = None, layered: bool = False) -> dict:
-    options = {"layered": True} if layered else {}
-    result, row = ask_once(ws, store, question["question"], question["gold_text"], warnings,
-                           max_tokens=ANSWER_MAX_TOKENS, mode=mode, short=short, k=K, narrow=narrow,
-                           cold_seconds=cold_seconds, **options)
+    options = replace(BENCH_OPTIONS, k=K, mode=mode, short=short, narrow=narrow, cold_seconds=cold_seconds,
+                      layered=layered)
+    result, row = ask_once(ws, store, question["question"], question["gold_text"], warnings, options,
+                           max_tokens=ANSWER_MAX_TOKENS)
     row["left_cold_tokens"] = sum(r.n_tokens for r in result.left_cold)
     row["narrowed"] = bool(result.focus)
     row["kv_loaded_tokens"], row["kv_prefilled_tokens"] = (result.answer.kv_loaded_tokens,

@@ -37,11 +37,12 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import generators as gen  # noqa: E402
-from eval import ask_once, covers, load_average, score_answer, squash  # noqa: E402
+from eval import BENCH_OPTIONS, ask_once, covers, load_average, score_answer, squash  # noqa: E402
 from heldout import ingest, load_sets, resolve, stale_questions  # noqa: E402
 
 from episodic_cli.engine.kv.keys import k_shift  # noqa: E402
@@ -79,8 +80,8 @@ def ask(ws: Workspace, store, question: str, answer: str, gold: str, condition: 
     # kv-budget: hits until retrieval's 3,072 tokens are full; the layered ones: what `epi ask --layered` retrieves
     # (its anchors capped at LAYERED_ANCHOR_TOKENS); kv-whole: k=3, retrieval's few best events
     k = LAYERED_POOL_K if condition == "kv-budget" else DEFAULT_K if layered else 3
-    result, row = ask_once(ws, store, question, gold, warnings, max_tokens=ANSWER_MAX_TOKENS, k=k, mode="kv",
-                           narrow=condition == "kv", layered=layered)
+    options = replace(BENCH_OPTIONS, k=k, mode="kv", narrow=condition == "kv", layered=layered)
+    result, row = ask_once(ws, store, question, gold, warnings, options, max_tokens=ANSWER_MAX_TOKENS)
     a = result.answer
     n_answer = len(ws.model.tokenize(a.text)) if a.text else 0
     decode_s = a.timings.total_s - a.timings.first_token_s

@@ -15,10 +15,11 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from eval import ask_once, load_average  # noqa: E402
+from eval import BENCH_OPTIONS, ask_once, load_average  # noqa: E402
 from heldout import stored_questions  # noqa: E402
 
 from episodic_cli.engine.llama.models import answer_model  # noqa: E402
@@ -46,8 +47,8 @@ def main(argv: list[str] | None = None) -> int:
         for n in settings[shift:] + settings[:shift]:
             answerer.relink_tokens = n
             answerer.reset()
-            result, r = ask_once(ws, store, q["question"], q["gold_text"], [], max_tokens=ANSWER_MAX_TOKENS,
-                                 mode="kv", k=5)
+            result, r = ask_once(ws, store, q["question"], q["gold_text"], [],
+                                 replace(BENCH_OPTIONS, mode="kv", k=5), max_tokens=ANSWER_MAX_TOKENS)
             a = result.answer
             row[str(n)] = {"first_token_s": r["first_token_s"], "prefill_s": r["prefill_s"],
                            "loaded": a.kv_loaded_tokens, "prefilled": a.kv_prefilled_tokens,

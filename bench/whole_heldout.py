@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from episodic_cli.engine.budgets import DEFAULT_K
+from episodic_cli.engine.ask_options import AskOptions
 from episodic_cli.engine.paths import cache_dir
 from episodic_cli.engine.retrieval.citations import citation
 from episodic_cli.engine.retrieval.question_kind import QuestionKind
@@ -48,8 +48,8 @@ def ask(ws: Workspace, st: Store, question: str, history: list[dict] | None, sea
         r = holder.get("result")
         return bool(max_tokens and r is not None and len(r.answer.text) > 4 * max_tokens)
 
-    result, stream = ws.ask(st, question, k=DEFAULT_K, history=history, search=search, kind=kind,
-                            should_stop=stop, cold_seconds=None, whole_method=method)
+    options = AskOptions(kind=kind, cold_seconds=None, whole_method=method)
+    result, stream = ws.ask(st, question, options, history=history, search=search, should_stop=stop)
     holder["result"] = result
     for _ in stream:
         pass

@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+from episodic_cli.engine.ask_options import AskOptions
 from episodic_cli.engine.paths import cache_dir
 from episodic_cli.engine.retrieval.question_kind import QuestionKind
 from episodic_cli.engine.workspace import Workspace
@@ -35,7 +36,8 @@ def first_token(ws: Workspace, st: Store, mode: str, question: str = QUESTION) -
 
     ws.answerer(mode, st, whole=True).reset() if mode == "kv" else None  # load every block, reuse nothing
     t0 = time.perf_counter()
-    result, stream = ws.ask(st, question, mode=mode, kind=QuestionKind.WHOLE, should_stop=lambda: stop())
+    options = AskOptions(mode=mode, kind=QuestionKind.WHOLE, cold_seconds=None)
+    result, stream = ws.ask(st, question, options, should_stop=lambda: stop())
     holder["result"] = result
     for _ in stream:
         break

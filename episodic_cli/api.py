@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .engine.answer.map_writer import MapProgress
+from .engine.ask_options import AskOptions
 from .engine.budgets import COLD_PREFILL_SECONDS, DEFAULT_K
 from .engine.documents.blocks import BLOCK_KINDS
 from .engine.documents.sources import Skipped, discover, document_format
@@ -96,7 +97,7 @@ def nothing_to_ingest(skipped: list[Skipped]) -> str:
 
 
 def read_kind(read: str | QuestionKind | None) -> QuestionKind | None:
-    """`read` as Workspace.ask takes it: None for "auto" (the question decides)."""
+    """`read` as AskOptions.kind takes it: None for "auto" (the question decides)."""
     if read is None or read == "auto":
         return None
     if isinstance(read, QuestionKind):
@@ -473,9 +474,11 @@ class Archive:
 
     def load(self, mode: str | None = None, layered: bool = False) -> Archive:
         """Load the embedder and the answer model's context now rather than at the first question."""
+        options = AskOptions(mode=mode, layered=layered)  # a combination that cannot run fails before any loading
         st = self._ready()
+        options = self.workspace.resolve(st, options)
         self.workspace.embedder.load(batches=False)
-        self.workspace.answerer(mode or self.workspace.default_mode(st), st, layered)
+        self.workspace.answerer(options.mode, st, options.layered)
         return self
 
     def close(self) -> None:
@@ -502,19 +505,19 @@ class Archive:
               should_stop: Callable[[], bool] | None = None,
               answer_tokens: int | None = None) -> tuple[EngineResult, Iterator[str]]:
         """The engine's side of a question: its result (filled in as the stream is read) and the answer stream.
-        What `epi ask` renders; ask() and ask_stream() turn it into an Answer."""
+        What `epi ask` renders; ask() and ask_stream() turn it into an Answer. The keywords are the engine's
+        AskOptions (engine/ask_options.py) under the names `epi ask` gives them; `pool` sizes the layered pool."""
         check_question_length(question)
         globs = [doc] if isinstance(doc, str) else list(doc) if doc else None
-        kind = read_kind(read)
+        options = AskOptions(k=k, mode=mode, neighbours=neighbours, docs=globs, narrow=narrow, short=short,
+                             layered=layered, epman=epman, cold_seconds=cold_seconds, kind=read_kind(read),
+                             answer_tokens=answer_tokens)
         st = self._ready()
         check_doc_globs(st, globs)
         self.workspace.layered_pool = pool or 0
         turns = _history(history)
         search = self.workspace.condense(turns, question) if turns else None
-        return self.workspace.ask(st, question, k=k, mode=mode, neighbours=neighbours, epman=epman, docs=globs,
-                                  narrow=narrow, layered=layered, short=short, cold_seconds=cold_seconds or None,
-                                  history=turns, search=search, kind=kind, should_stop=should_stop,
-                                  answer_tokens=answer_tokens)
+        return self.workspace.ask(st, question, options, history=turns, search=search, should_stop=should_stop)
 
     def ask_stream(self, question: str, on_begin: Callable[[EngineResult], None] | None = None,
                    **options) -> Iterator[str | Answer]:

@@ -18,6 +18,7 @@ from typer.core import TyperGroup
 from . import __version__, render
 from . import background as background_job
 from .api import Archive, check_doc_globs, nothing_to_ingest, parse_size, unknown_event
+from .engine.ask_options import MODES, AskOptions
 from .engine.budgets import COLD_PREFILL_SECONDS, DEFAULT_K, LAYER_BUDGET, POOL_TOKENS_RANGE
 from .engine.documents.blocks import BLOCK_KINDS
 from .engine.documents.sources import Skipped, discover, document_format
@@ -36,7 +37,7 @@ from .engine.paths import data_dir, store_path
 from .engine.prompt import check_question_length
 from .engine.retrieval.citations import printable
 from .engine.retrieval.question_kind import QuestionKind
-from .engine.workspace import MAX_EVENT_TOKENS, MODES, Workspace, apply_kv_budget
+from .engine.workspace import MAX_EVENT_TOKENS, Workspace, apply_kv_budget
 from .store import Store, StoreError
 
 class _OneLineBadValues(TyperGroup):
@@ -358,16 +359,20 @@ def chat(
     from .repl import run_repl
 
     check_pool(pool, layered)
+    options = AskOptions(k=k, docs=doc, short=short, layered=layered, epman=epman, cold_seconds=cold_seconds)
     ws = Workspace(model, store, threads, warn=render.warning, on_prepare=render.prepare_progress())
     ws.layered_pool = pool or 0
     try:
         with Store.open_existing(ws.store_dir) as st:
             check_doc_globs(st, doc)
+            # the store's mode, checked against the options before the model loads; each question resolves it
+            # again, as the store's KV budget may change during the chat
+            preload = ws.resolve(st, options)
             with render.status("loading model"):
                 ws.check_store(st)
                 ws.embedder.load(batches=False)
-                ws.answerer(ws.default_mode(st), st, layered)
-            run_repl(ws, st, k, epman, docs=doc, layered=layered, short=short, cold_seconds=cold_seconds or None)
+                ws.answerer(preload.mode, st, preload.layered)
+            run_repl(ws, st, options)
     finally:
         ws.close()
 

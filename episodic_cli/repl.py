@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 from prompt_toolkit import PromptSession
 from prompt_toolkit.completion import CompleteEvent, Completer, Completion
@@ -17,6 +18,7 @@ from prompt_toolkit.history import FileHistory, History, InMemoryHistory
 from rich.markup import escape
 
 from . import render
+from .engine.ask_options import AskOptions
 from .engine.paths import data_dir
 from .engine.prompt import check_question_length
 from .engine.errors import EpiError
@@ -79,8 +81,8 @@ def line_reader() -> Callable[[], str]:
     return lambda: session.prompt(prompt)
 
 
-def run_repl(ws: Workspace, store: Store, k: int, epman: bool = False, docs: list[str] | None = None,
-             layered: bool = False, short: bool = True, cold_seconds: float | None = None) -> None:
+def run_repl(ws: Workspace, store: Store, options: AskOptions) -> None:
+    """The chat: each question answered with `options` (`/k` and `/doc` change them for the questions after)."""
     read_line = line_reader()
     history: list[dict[str, str]] = []
     last_sources = []
@@ -101,7 +103,8 @@ def run_repl(ws: Workspace, store: Store, k: int, epman: bool = False, docs: lis
             if cmd in ("/exit", "/quit"):
                 return
             if cmd == "/help":
-                render.out.print(HELP.format(k=k, docs=escape(" ".join(docs)) if docs else "all"))
+                docs = escape(" ".join(options.docs)) if options.docs else "all"
+                render.out.print(HELP.format(k=options.k, docs=docs))
             elif cmd == "/reset":
                 history, last_sources = [], []
                 render.out.print("[dim]conversation cleared[/]")
@@ -109,8 +112,8 @@ def run_repl(ws: Workspace, store: Store, k: int, epman: bool = False, docs: lis
                 render.sources(last_sources)
             elif cmd == "/k":
                 if arg.strip().isdigit() and 1 <= int(arg) <= 50:
-                    k = int(arg)
-                    render.out.print(f"[dim]k = {k}[/]")
+                    options = replace(options, k=int(arg))
+                    render.out.print(f"[dim]k = {options.k}[/]")
                 else:
                     render.error("usage: /k N, with N from 1 to 50")
             elif cmd == "/doc":
@@ -118,7 +121,7 @@ def run_repl(ws: Workspace, store: Store, k: int, epman: bool = False, docs: lis
                 if globs and not documents_matching(store, globs):
                     render.error(f"/doc {' '.join(globs)} matches no document; `epi ls` lists them")
                 else:
-                    docs = globs or None
+                    options = replace(options, docs=globs or None)
                     shown = ", ".join(sorted(documents_matching(store, globs).values())) if globs else "all documents"
                     render.out.print(f"[dim]answering from {escape(shown)}[/]")
             else:
@@ -132,8 +135,7 @@ def run_repl(ws: Workspace, store: Store, k: int, epman: bool = False, docs: lis
             store.refresh()  # an ingest running beside the chat commits document after document
             recent = history[-2 * HISTORY_TURNS:]
             query = ws.condense(recent, line) if recent and not names_a_place(line) else line
-            result, stream = ws.ask(store, line, k=k, history=recent, epman=epman, docs=docs,
-                                    layered=layered, short=short, search=query, cold_seconds=cold_seconds)
+            result, stream = ws.ask(store, line, options, history=recent, search=query)
             render.scope(result.scope)
             render.reading(result)
             render.left_cold(result)

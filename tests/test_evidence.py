@@ -7,6 +7,7 @@ import json
 import pytest
 from conftest import PDF_FACT, PDF_FACT_PAGE, PDF_QUESTION, TEXT_FACT, TEXT_FACT_LINE, workspace_for
 
+from episodic_cli.engine.ask_options import AskOptions
 from episodic_cli.engine.retrieval import evidence as E
 from episodic_cli.engine.retrieval.retrieve import RetrievedEvent
 from episodic_cli.store import DocumentRecord, EventRecord
@@ -126,7 +127,7 @@ def test_narrowed_answer_reads_the_fact_sentence_and_quotes_its_page(engine, sha
 
     n = 0
     with Store.open_existing(shared_store.store_dir) as st:
-        result, stream = ws.ask(st, PDF_QUESTION, k=2, mode=mode, should_stop=lambda: n >= 24)
+        result, stream = ws.ask(st, PDF_QUESTION, AskOptions(k=2, mode=mode), should_stop=lambda: n >= 24)
         for _ in stream:
             n += 1
         assert result.focus, "the question shares rare words with the planted sentence"

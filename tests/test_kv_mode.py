@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from conftest import PDF_QUESTION, TEXT_QUESTION, tier_block, tier_block_paths, workspace_for
 from episodic_cli.app import app
 from episodic_cli.engine.answer.records import Answer
+from episodic_cli.engine.ask_options import AskOptions
 from episodic_cli.engine.kv.blocks import decode_block
 from episodic_cli.engine.llama.backend import LlamaSession
 from episodic_cli.store import Store
@@ -81,7 +82,8 @@ def test_damaged_blocks_are_prepared_from_text_with_a_warning_which_repairs_them
 
 
 def kv_answer(ws, st, question: str):
-    result, stream = ws.ask(st, question, k=1, neighbours=1, mode="kv", narrow=False)  # the blocks, not sentences
+    # the blocks, not sentences; every one read, however long preparing the cold ones takes
+    result, stream = ws.ask(st, question, AskOptions(k=1, neighbours=1, mode="kv", narrow=False, cold_seconds=None))
     for _ in stream:
         pass
     return result.answer

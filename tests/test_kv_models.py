@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 from conftest import TEXT_QUESTION, prose_lines, tier_block_paths, workspace_for
 from episodic_cli.app import app
 from episodic_cli.engine.answer import kv_mode
+from episodic_cli.engine.ask_options import AskOptions
 from episodic_cli.store import Store
 from tiny_gguf import write_tiny_model
 
@@ -95,7 +96,9 @@ def test_a_materialised_block_loads_back_to_the_logits_of_its_prefill(engine, sh
         st.set_kv_block_kind("f16")  # a tier of its own, empty: every retrieved event is cold
         results = []
         for _ in range(2):
-            result, stream = ws.ask(st, TEXT_QUESTION, k=2, neighbours=1, mode="kv", narrow=False)
+            # no cold limit: every retrieved event is prepared from its text, none left out
+            options = AskOptions(k=2, neighbours=1, mode="kv", narrow=False, cold_seconds=None)
+            result, stream = ws.ask(st, TEXT_QUESTION, options)
             list(stream)
             results.append(result.answer)
             ws.answerer("kv", st).reset()

@@ -15,6 +15,7 @@ from episodic_cli import app as app_module
 from episodic_cli.app import app
 from episodic_cli.engine.llama import layer_visibility
 from episodic_cli.engine.answer.text_mode import Answer
+from episodic_cli.engine.ask_options import AskOptions
 from episodic_cli.engine.errors import EpiError
 from episodic_cli.engine.kv.keys import rope_params, unrotated_keys
 from episodic_cli.engine.kv.blocks import capture_block, load_block
@@ -163,7 +164,7 @@ def test_the_anchors_leave_every_layer_a_share_of_its_budget_to_choose(engine, s
         monkeypatch.setattr(workspace, "LAYERED_ANCHOR_TOKENS", cap)
         answerer = ws.answerer("kv", st, layered=True)
         answerer.budget = 2 * cap
-        result, stream = ws.ask(st, TEXT_QUESTION, layered=True, should_stop=lambda: True)  # the default k
+        result, stream = ws.ask(st, TEXT_QUESTION, AskOptions(layered=True), should_stop=lambda: True)  # the default k
         for _ in stream:
             pass
     ws.close()

@@ -27,6 +27,7 @@ ALLOWED = {
     "paths": {"errors"},
     "package_files": {"errors", "paths"},  # where an installed model package's files are, checked by hash
     "heap": set(),
+    "ask_options": BASE | {"budgets", "retrieval"},  # a question's choices, checked without a model or a store
 }
 
 

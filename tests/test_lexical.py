@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import workspace_for
+from episodic_cli.engine.ask_options import AskOptions
 from episodic_cli.engine.ingest.segment import SegmentParams
 from episodic_cli.engine.documents.sources import discover
 from episodic_cli.store import DocumentRecord, EventRecord, Store, StoreIdentity, lexical
@@ -130,7 +131,7 @@ def test_a_store_written_before_the_migration_opens_and_answers(engine, tmp_path
     with Store.open_existing(store_dir) as old:  # opening migrates: the parts and places are indexed
         assert old.search_lexical("api level", 5) and old.search_lexical("support", 5)
         pieces = []
-        result, stream = ws.ask(old, "Which android api level does on_android require?", mode="text",
+        result, stream = ws.ask(old, "Which android api level does on_android require?", AskOptions(mode="text"),
                                 should_stop=lambda: len(pieces) >= 16)
         pieces.extend(stream)
         answer = "".join(pieces)

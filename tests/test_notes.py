@@ -8,6 +8,7 @@ import pytest
 from conftest import prose_lines
 from episodic_cli.engine import workspace as workspace_module
 from episodic_cli.engine.answer.notes import NOTE_ID_BASE, chunks, is_empty_note, note_sources
+from episodic_cli.engine.ask_options import AskOptions
 from episodic_cli.engine.documents.structure import decode
 from episodic_cli.engine.retrieval.retrieve import RetrievedEvent
 from episodic_cli.engine.workspace import Workspace
@@ -68,7 +69,7 @@ def test_a_whole_question_with_notes_reads_each_chunk_then_answers_from_the_note
     ws = Workspace(store=str(small_book_store))
     try:
         with Store.open_existing(ws.store_dir) as st:
-            result, stream = ws.ask(st, "Who betrayed whom in chapter 2?", whole_method="notes")
+            result, stream = ws.ask(st, "Who betrayed whom in chapter 2?", AskOptions(whole_method="notes"))
             text = "".join(stream)
             chapter = [e for e in st.events_of(st.documents()[0].id)
                        if any(n[0] == "chapter" and n[1] == "2" for n in (decode(e.section) or {}).get("path", []))]

@@ -13,6 +13,7 @@ from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 
 from episodic_cli import repl
+from episodic_cli.engine.ask_options import AskOptions
 
 
 def test_chat_at_a_terminal_keeps_history_in_the_data_dir_and_completes_commands(tmp_path, monkeypatch, capsys):
@@ -39,7 +40,7 @@ def test_chat_at_a_terminal_keeps_history_in_the_data_dir_and_completes_commands
 
         typist = threading.Thread(target=type_keys, daemon=True)
         typist.start()
-        repl.run_repl(None, store, k=5)
+        repl.run_repl(None, store, AskOptions(k=5))
         typist.join(30)
     out = capsys.readouterr().out
     assert "no sources" in out  # /sources ran

@@ -4,12 +4,15 @@
 leave the cache as it found it; the answer must start with the chosen span and stay one sentence after it."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 import llama_cpp as L
 from conftest import TEXT_FACT, TEXT_QUESTION, workspace_for
 from episodic_cli.engine.answer.records import Answer, stream_into
+from episodic_cli.engine.ask_options import AskOptions
 from episodic_cli.engine.llama.backend import LlamaSession
 from episodic_cli.engine.answer.short_answer import SPAN_SEQUENCES, answer_spans, asks_for_a_fact, likeliest
 from episodic_cli.store import Store
@@ -107,22 +110,22 @@ def test_ask_leads_with_a_span_only_for_fact_questions(engine, shared_store):
     ws = workspace_for(engine, shared_store.store_dir)
     with Store.open_existing(shared_store.store_dir) as st:
         for mode in ("text", "kv"):
-            result, stream = ws.ask(st, TEXT_QUESTION, k=1, neighbours=0, mode=mode)
+            options = AskOptions(k=1, neighbours=0, mode=mode)
+            result, stream = ws.ask(st, TEXT_QUESTION, options)
             list(stream)
             assert result.answer.short and result.answer.text.startswith(result.answer.short), mode
             assert result.focus and any(result.answer.short in result.retrieved[i].event.text
                                         for i, _ in result.focus)
-            result, stream = ws.ask(st, TEXT_QUESTION, k=1, neighbours=0, mode=mode, short=False)
+            result, stream = ws.ask(st, TEXT_QUESTION, replace(options, short=False))
             list(stream)
             assert result.answer.short is None
-            result, stream = ws.ask(st, "Explain what Ilse Marrow chose for the archive.", k=1, neighbours=0,
-                                    mode=mode)
+            result, stream = ws.ask(st, "Explain what Ilse Marrow chose for the archive.", options)
             list(stream)
             assert result.answer.short is None  # not a question asking for a fact
     # A chat follow-up: retrieval and narrowing search with the previous question too, the model reads the user's
     # own words (and its span list leaves out only the words of those)
     with Store.open_existing(shared_store.store_dir) as st:
-        result, stream = ws.ask(st, "and which codename?", k=1, neighbours=0, mode="kv",
+        result, stream = ws.ask(st, "and which codename?", AskOptions(k=1, neighbours=0, mode="kv"),
                                 search=f"{TEXT_QUESTION} and which codename?")
         list(stream)
     assert result.question == "and which codename?"

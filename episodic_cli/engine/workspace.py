@@ -8,7 +8,7 @@ import hashlib
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 
@@ -19,10 +19,11 @@ from .answer.notes import NoteTaker, stream_notes_answer
 from .answer.records import Answer
 from .answer.short_answer import answer_spans, asks_for_a_fact
 from .answer.text_mode import TextModeAnswerer
-from .budgets import (ANSWER_CONTEXT, ANSWER_TOKENS, DEFAULT_K, EVIDENCE_BUDGET, LAYER_BUDGET, LAYERED_ANCHOR_TOKENS,
+from .ask_options import AskOptions
+from .budgets import (ANSWER_CONTEXT, ANSWER_TOKENS, EVIDENCE_BUDGET, LAYER_BUDGET, LAYERED_ANCHOR_TOKENS,
                       LAYERED_POOL_K, MAX_POOL, MIN_SOURCE_ROOM, NOTE_TOKENS, NOTES_CHUNK_TOKENS, OVERVIEW_CHARS,
                       PROMPT_OVERHEAD, QUESTION_ROOM, RELINK_TOKENS, SUMMARY_TOKENS, WARM_RUN_TOKENS,
-                      WHOLE_ANSWER_TOKENS, WHOLE_CONTEXT, WHOLE_METHOD)
+                      WHOLE_ANSWER_TOKENS, WHOLE_CONTEXT)
 from .documents.structure import describe as describe_section
 from .embed.embedder import EMBED_DIM, EMBEDDER_NAME, KNOWN_NAMES, Embedder
 from .embed.reembed import ReembedProgress, reembed
@@ -53,7 +54,6 @@ from .retrieval.summary_sources import overview as overview_summaries
 from .retrieval.summary_sources import summary_sources
 from .retrieval.whole_scope import enclosing, read_scope
 
-MODES = ("text", "kv")
 LAYERED_UNAVAILABLE = ("--layered needs epi's patched llama.cpp, and this llama-cpp-python lacks the patch: run "
                        "./install.sh from epi's source folder (`epi doctor` says whether the patch is in)")
 MAX_EVENT_TOKENS = 1024  # the ingest context grows with it (ingest.ingest_context): an undecided event stays in it
@@ -342,8 +342,8 @@ class Workspace:
         block selection (engine/answer/layered.py); `whole`: a context of whole_context positions, for questions
         about a part as a whole and for writing the map (a separate context: lookups keep their smaller one)."""
         if layered:
-            if mode != "kv":
-                raise EpiError("--layered selects KV blocks per layer, so it needs kv mode (a store with KV blocks)")
+            if mode != "kv":  # a question's options are refused before this (AskOptions, Workspace.resolve)
+                raise ValueError("a layered answerer is kv mode's: resolve the AskOptions against the store first")
             if not layer_visibility.available():
                 raise EpiError(LAYERED_UNAVAILABLE)
         key = f"kv-layered-{self.pool_tokens()}" if layered else f"{mode}-whole" if whole else mode
@@ -419,81 +419,63 @@ class Workspace:
         hits = max(k, LAYERED_POOL_K * self.pool_tokens() // self.room())
         return relevance_order(self.retrieve(store, search, hits, neighbours, scope=scope, pool=True))[-MAX_POOL:]
 
-    def ask(self, store: Store, question: str, *args, **options) -> tuple[AskResult, Iterator[str]]:
+    def resolve(self, store: Store, options: AskOptions) -> AskOptions:
+        """`options` with the store's default mode filled in when they name none: the record's kv-only rules
+        (--epman, --layered) are then checked against the mode that will run, in the record's one line."""
+        return options if options.mode is not None else replace(options, mode=self.default_mode(store))
+
+    def ask(self, store: Store, question: str, options: AskOptions = AskOptions(), *,
+            history: list[dict[str, str]] | None = None, search: str | None = None,
+            should_stop: Callable[[], bool] | None = None) -> tuple[AskResult, Iterator[str]]:
         """`answer_question` (below), with the result able to check a long answer's sentences by meaning."""
-        result, stream = self.answer_question(store, question, *args, **options)
+        result, stream = self.answer_question(store, question, options, history=history, search=search,
+                                              should_stop=should_stop)
         result.embed = self.embedder.embed_query
         return result, stream
 
-    def answer_question(
-        self,
-        store: Store,
-        question: str,
-        k: int = DEFAULT_K,
-        mode: str | None = None,
-        history: list[dict[str, str]] | None = None,
-        neighbours: int = 1,
-        should_stop: Callable[[], bool] | None = None,
-        epman: bool = False,
-        docs: list[str] | None = None,
-        narrow: bool | None = None,
-        layered: bool = False,
-        short: bool = True,
-        search: str | None = None,
-        cold_seconds: float | None = None,
-        kind: QuestionKind | None = None,
-        whole_method: str = WHOLE_METHOD,
-        answer_tokens: int | None = None,
-    ) -> tuple[AskResult, Iterator[str]]:
+    def answer_question(self, store: Store, question: str, options: AskOptions = AskOptions(), *,
+                        history: list[dict[str, str]] | None = None, search: str | None = None,
+                        should_stop: Callable[[], bool] | None = None) -> tuple[AskResult, Iterator[str]]:
         """Retrieve now; return the result (filled in as the stream is consumed) and the answer stream.
-        `epman` scales each block's V rows by its episodic weight in [0.9, 1.0] (kv mode only); `docs` (globs on
-        the documents' paths, `--doc`) restricts retrieval to the documents they match. `short`: a question asking
-        for a fact is answered with the evidence span the model finds likeliest first (engine/answer/short_answer.py).
-        `search`: what retrieval and narrowing look for when it is not the question itself (a chat follow-up, "and
-        his brother?", searches with the previous question too); the model reads the question as asked.
-        `narrow`: read only the sentences that match the question best (None: as the model reads best,
-        `narrows_by_default`). `cold_seconds`: kv mode reading whole events prefills at most what this machine reads
-        in that time of the events the answer model has no block for yet; the least relevant of them are left out
-        (None: no limit). `kind`: how much to read (None: as the question asks, engine/retrieval/question_kind.py):
-        a named part whole, the map's summaries for a question about the whole, or the k best events. `whole_method`: how
-        a part is read whole: "read" (at once) or "notes" (in chunks, notes on each, then the answer: answer/notes.py).
-        `answer_tokens`: the answer stops after at most this many tokens (None, or more than the path's own limit:
-        ANSWER_TOKENS for a lookup, WHOLE_ANSWER_TOKENS for a part read whole or the map)."""
-        if answer_tokens is not None and answer_tokens < 1:
-            raise EpiError("the answer's token limit must be at least 1")
-        if mode is not None and mode not in MODES:
-            raise EpiError(f"unknown mode {mode!r}: use text or kv")
+        `options`: the choices the question is answered with (engine/ask_options.py, `epi ask`'s defaults).
+        Beside them, what is not a choice but this call's own: `history`, the conversation so far (earlier
+        {"role", "content"} turns the model reads); `search`, what retrieval and narrowing look for when it is not the
+        question itself (a chat follow-up, "and his brother?", searches with the previous question too; the model
+        reads the question as asked); `should_stop`, polled while generating, True stops the answer."""
         if not question.strip():
             raise EpiError("the question is empty")
         started = time.perf_counter()
+        options = self.resolve(store, options)
         search = search or question
-        scope = self.scope(store, search, docs)
-        mode = mode or self.default_mode(store)
-        if epman and mode != "kv":
-            raise EpiError("--epman weights KV blocks, so it needs kv mode (a store ingested with KV blocks)")
+        scope = self.scope(store, search, options.docs)
+        kind = options.kind
         if kind is None:
-            kind = QuestionKind.LOOKUP if layered or epman else classify(search, parse_scope(search))
+            kind = QuestionKind.LOOKUP if options.layered or options.epman else classify(search, parse_scope(search))
         if kind is QuestionKind.WHOLE:
-            found = self._ask_whole(store, question, search, scope, mode, history, started, should_stop,
-                                    method=whole_method, answer_tokens=answer_tokens)
+            found = self._ask_whole(store, question, search, scope, options, history, started, should_stop)
             if found is not None:
                 return found
         elif kind is QuestionKind.OVERVIEW:
-            found = self._ask_overview(store, question, search, scope, mode, history, started, should_stop, docs,
-                                       answer_tokens=answer_tokens)
+            found = self._ask_overview(store, question, search, scope, options, history, started, should_stop)
             if found is not None:
                 return found
         elif kind is QuestionKind.EXPLAIN:
-            hits = self.retrieve(store, search, k, neighbours, scope=scope)
+            hits = self.retrieve(store, search, options.k, options.neighbours, scope=scope)
             if hits:
                 wider = Restriction(allowed=enclosing(store, hits), described="the definitions or sections the best "
                                     "passages sit in", query=scope.query)
-                found = self._ask_whole(store, question, search, wider, mode, history, started, should_stop,
-                                        kind=QuestionKind.EXPLAIN, method=whole_method,
-                                        answer_tokens=answer_tokens)
+                found = self._ask_whole(store, question, search, wider, options, history, started, should_stop,
+                                        kind=QuestionKind.EXPLAIN)
                 if found is not None:
                     found[0].scope = scope
                     return found
+        return self._ask_lookup(store, question, search, scope, options, history, started, should_stop)
+
+    def _ask_lookup(self, store: Store, question: str, search: str, scope: Restriction, options: AskOptions,
+                    history: list[dict[str, str]] | None, started: float, should_stop: Callable[[], bool] | None
+                    ) -> tuple[AskResult, Iterator[str]]:
+        """The k best events and their neighbours (a layered answer: a pool of them), read in relevance order."""
+        k, neighbours, mode, layered = options.k, options.neighbours, options.mode, options.layered
         # The sources are cut to the room the question leaves (the best hit is always read: room_beside keeps one)
         room = min(EVIDENCE_BUDGET, self.room_beside(question, history))
         retrieved = relevance_order(self.retrieve(store, search, k, neighbours, scope=scope,  # the order read
@@ -501,40 +483,40 @@ class Workspace:
         anchors = {r.event.id for r in retrieved}
         if layered:  # a pool of whole blocks; each layer picks its own (narrowing would leave no blocks to pick)
             retrieved = self.pool(store, search, k, neighbours, scope)
-            narrow = False
         self._note_retrieved(store, [r.event.id for r in retrieved])
         answer = Answer()
         answer.timings.retrieve_s = time.perf_counter() - started
-        if narrow is None:
-            narrow = self.narrows_by_default
-        # `narrow`: the answer reads only the few sentences that match the question best (engine/retrieval/evidence.py)
+        # `narrow`: the answer reads only the few sentences that match the question best (engine/retrieval/evidence.py);
+        # never a layered pool, whatever the model's default (AskOptions refuses --narrow with --layered)
+        narrow = not layered and (self.narrows_by_default if options.narrow is None else options.narrow)
         focus = evidence_narrow(search, retrieved) if narrow else []
         result = AskResult(question, mode, retrieved, answer, scope, focus=focus or None,
                            search=search if search != question else None)
         answerer = self.answerer(mode, store, layered)
         if layered:  # every layer sees what kv mode would read, then what its own query picks from the pool
             answerer.anchors = anchors
-        weights = episodic_weights(retrieved) if epman else None
+        weights = episodic_weights(retrieved) if options.epman else None
         read, spans = retrieved, None
         if focus:
             read, spans = [retrieved[i] for i, _ in focus], [ss for _, ss in focus]
             weights = None if weights is None else [weights[i] for i, _ in focus]
         lead_spans = None
-        if focus and short and asks_for_a_fact(question):  # only from the narrowed sentences: a few, all relevant
+        # only from the narrowed sentences: a few, all relevant
+        if focus and options.short and asks_for_a_fact(question):
             lead_spans = answer_spans([readable(r.event.text[a:b]) for r, ss in zip(read, spans) for a, b in ss],
                                       question)
         excerpts = None
-        if cold_seconds is not None and mode == "kv" and not layered and not focus:
-            kept, result.left_cold, excerpts = self.fit_cold(answerer, search, read, cold_seconds)
+        if options.cold_seconds and mode == "kv" and not layered and not focus:
+            kept, result.left_cold, excerpts = self.fit_cold(answerer, search, read, options.cold_seconds)
             result.cold_sentences = [r for r in kept if r.event.id in excerpts]
             if result.left_cold:
                 kept_ids = {id(r) for r in kept}
                 weights = None if weights is None else [w for r, w in zip(read, weights) if id(r) in kept_ids]
                 read = result.retrieved = kept
-        options = {"excerpts": excerpts} if excerpts else {}  # kv mode only (fit_cold)
+        cold = {"excerpts": excerpts} if excerpts else {}  # kv mode only (fit_cold)
         stream = answerer.stream(question, read, history, started, answer,
-                                 max_tokens=capped(ANSWER_TOKENS, answer_tokens), should_stop=should_stop,
-                                 weights=weights, spans=spans, lead_spans=lead_spans or None, **options)
+                                 max_tokens=capped(ANSWER_TOKENS, options.answer_tokens), should_stop=should_stop,
+                                 weights=weights, spans=spans, lead_spans=lead_spans or None, **cold)
         return result, self._timing_cold(stream, answerer)
 
     def _asked_tokens(self, question: str, history: list[dict[str, str]] | None) -> int:
@@ -545,11 +527,9 @@ class Workspace:
         asked = self._asked_tokens(request, history)
         return self.whole_context - WHOLE_ANSWER_TOKENS - max(QUESTION_ROOM, asked + PROMPT_OVERHEAD)
 
-    def _ask_whole(self, store: Store, question: str, search: str, scope: Restriction, mode: str,
+    def _ask_whole(self, store: Store, question: str, search: str, scope: Restriction, options: AskOptions,
                    history: list[dict[str, str]] | None, started: float, should_stop: Callable[[], bool] | None,
-                   kind: QuestionKind = QuestionKind.WHOLE, method: str = WHOLE_METHOD,
-                   answer_tokens: int | None = None
-                   ) -> tuple[AskResult, Iterator[str]] | None:
+                   kind: QuestionKind = QuestionKind.WHOLE) -> tuple[AskResult, Iterator[str]] | None:
         """A question about a named part as a whole: the part read in document order from its blocks, as far as the
         whole-scope context holds (engine/retrieval/whole_scope.py). None when the question names no part that
         resolved to events (it is then answered as a lookup)."""
@@ -572,11 +552,12 @@ class Workspace:
         self._note_retrieved(store, [r.event.id for r in retrieved if r.summary is None])
         answer = Answer()
         answer.timings.retrieve_s = time.perf_counter() - started
+        mode = options.mode
         result = AskResult(question, mode, retrieved, answer, scope, kind=kind,
                            reading=reading.described(what), search=search if search != question else None)
         answerer = self.answerer(mode, store, whole=True)
-        max_tokens = capped(WHOLE_ANSWER_TOKENS, answer_tokens)
-        if method == "notes" and mode == "kv" and reading.read_tokens > NOTES_CHUNK_TOKENS * 3 // 2:
+        max_tokens = capped(WHOLE_ANSWER_TOKENS, options.answer_tokens)
+        if options.whole_method == "notes" and mode == "kv" and reading.read_tokens > NOTES_CHUNK_TOKENS * 3 // 2:
             result.reading += ", with notes on each part"
             return result, self._timing_cold(self._notes_then_answer(
                 answerer, result, what, code, history, started, should_stop, max_tokens), answerer)
@@ -594,17 +575,16 @@ class Workspace:
         yield from stream_notes_answer(answerer, notes_answer_request(result.question, what, code), notes, history,
                                        started, result.answer, max_tokens, should_stop)
 
-    def _ask_overview(self, store: Store, question: str, search: str, scope: Restriction, mode: str,
+    def _ask_overview(self, store: Store, question: str, search: str, scope: Restriction, options: AskOptions,
                       history: list[dict[str, str]] | None, started: float,
-                      should_stop: Callable[[], bool] | None, docs: list[str] | None,
-                      answer_tokens: int | None = None) -> tuple[AskResult, Iterator[str]] | None:
+                      should_stop: Callable[[], bool] | None) -> tuple[AskResult, Iterator[str]] | None:
         """A question about a document or the archive as a whole: the map's summaries, most general first (None
         when there is no map yet: answered as a lookup, with a note saying what `epi map` adds)."""
         if store.summaries().count() == 0:
             self.warn("this store has no map yet, so a question about the whole is answered from a few passages; "
                       "`epi map` writes the summaries such questions read")
             return None
-        doc_ids = set(documents_matching(store, docs)) if docs else None
+        doc_ids = set(documents_matching(store, options.docs)) if options.docs else None
         chosen = overview_summaries(store, self.embedder.embed_query(search), search, OVERVIEW_CHARS, doc_ids)
         if not chosen:
             return None
@@ -615,11 +595,12 @@ class Workspace:
         reading = f"read {len(chosen)} summar{'y' if len(chosen) == 1 else 'ies'} of the map (" + ", ".join(
             f"{sum(s.level == lv for s in chosen)} {lv}" for lv in ("collection", "document", "part")
             if lv in levels) + ")"
-        result = AskResult(question, mode, retrieved, answer, scope, kind=QuestionKind.OVERVIEW, reading=reading,
-                           search=search if search != question else None)
-        answerer = self.answerer(mode, store, whole=True)
+        result = AskResult(question, options.mode, retrieved, answer, scope, kind=QuestionKind.OVERVIEW,
+                           reading=reading, search=search if search != question else None)
+        answerer = self.answerer(options.mode, store, whole=True)
         stream = answerer.stream(overview_request(question), retrieved, history, started, answer,
-                                 max_tokens=capped(WHOLE_ANSWER_TOKENS, answer_tokens), should_stop=should_stop)
+                                 max_tokens=capped(WHOLE_ANSWER_TOKENS, options.answer_tokens),
+                                 should_stop=should_stop)
         return result, self._timing_cold(stream, answerer)
 
     def _note_retrieved(self, store: Store, event_ids: list[int]) -> None:
