@@ -353,6 +353,7 @@ def chat(
     store: StoreOpt = None,
     model: ModelOpt = None,
     threads: ThreadsOpt = None,
+    prefetch: Annotated[bool, typer.Option("--prefetch/--no-prefetch", help="While you read an answer and type, prepare in the background the KV blocks a follow-up would likely read (the neighbours of what was just read, then the most asked-for), so that it reads fewer events from text.")] = True,
 ) -> None:
     """Talk to the archive: follow-up questions keep the conversation. Type /help inside for commands (`/doc GLOB`
     restricts the documents, like `--doc`)."""
@@ -372,7 +373,7 @@ def chat(
                 ws.check_store(st)
                 ws.embedder.load(batches=False)
                 ws.answerer(preload.mode, st, preload.layered)
-            run_repl(ws, st, options)
+            run_repl(ws, st, options, prefetch)
     finally:
         ws.close()
 

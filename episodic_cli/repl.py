@@ -23,6 +23,7 @@ from .engine.paths import data_dir
 from .engine.prompt import check_question_length
 from .engine.errors import EpiError
 from .engine.retrieval.scope import documents_matching, names_a_place
+from .chat_prefetch import ChatPrefetch
 from .engine.workspace import Workspace
 from .store import Store, StoreError
 
@@ -81,8 +82,19 @@ def line_reader() -> Callable[[], str]:
     return lambda: session.prompt(prompt)
 
 
-def run_repl(ws: Workspace, store: Store, options: AskOptions) -> None:
-    """The chat: each question answered with `options` (`/k` and `/doc` change them for the questions after)."""
+def run_repl(ws: Workspace, store: Store, options: AskOptions, prefetch: bool = True) -> None:
+    """The chat: each question answered with `options` (`/k` and `/doc` change them for the questions after).
+    `prefetch`: while the user reads and types, a helper prepares the blocks a follow-up would likely read
+    (chat_prefetch.py; kv mode only)."""
+    ahead = ChatPrefetch(ws, store) if prefetch and ws.resolve(store, options).mode == "kv" else None
+    try:
+        _loop(ws, store, options, ahead)
+    finally:
+        if ahead is not None:
+            ahead.close()
+
+
+def _loop(ws: Workspace, store: Store, options: AskOptions, ahead: ChatPrefetch | None) -> None:
     read_line = line_reader()
     history: list[dict[str, str]] = []
     last_sources = []
@@ -132,6 +144,8 @@ def run_repl(ws: Workspace, store: Store, options: AskOptions) -> None:
         # file or symbol stands alone.
         try:
             check_question_length(line)
+            if ahead is not None:
+                ahead.pause()  # the question gets the cores; the helper finishes the event it is preparing
             store.refresh()  # an ingest running beside the chat commits document after document
             recent = history[-2 * HISTORY_TURNS:]
             query = ws.condense(recent, line) if recent and not names_a_place(line) else line
@@ -148,6 +162,8 @@ def run_repl(ws: Workspace, store: Store, options: AskOptions) -> None:
                 render.out.print("\n[dim](stopped)[/]")
             last_sources = result.retrieved
             render.out.print(f"[dim]{len(result.retrieved)} sources · /sources to list them[/]")
+            if ahead is not None:
+                ahead.ahead(result.retrieved)
         except (EpiError, StoreError) as exc:
             render.error(str(exc))
             continue

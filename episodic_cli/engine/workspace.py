@@ -16,6 +16,7 @@ from ..store import Store, StoreIdentity, StoreMismatchError
 from .answer.kv_mode import KVModeAnswerer, PrepareProgress, event_block_key
 from .answer.layered import LayeredAnswerer
 from .answer.notes import NoteTaker, stream_notes_answer
+from .answer.prefetch import likely_next, retrieved_event
 from .answer.records import Answer
 from .answer.short_answer import answer_spans, asks_for_a_fact
 from .answer.text_mode import TextModeAnswerer
@@ -722,6 +723,29 @@ class Workspace:
             progress(done, total)
         result.tokens_done, result.seconds = done, time.perf_counter() - started
         return result
+
+    def likely_next(self, store: Store, read: list[RetrievedEvent]) -> list[int]:
+        """The events a follow-up to an answer that read `read` would likely read, lacking this model's blocks
+        (engine/answer/prefetch.py): what `epi chat` prepares while the user types."""
+        keeper = self.block_keeper(store)
+        return likely_next(store, [r for r in read if r.summary is None], lambda r: keeper.has(event_block_key(r)))
+
+    def prefetch(self, store: Store, event_ids: list[int], should_stop: Callable[[], bool] | None = None) -> int:
+        """Prepare the blocks of `event_ids` in order, one event at a time, until `should_stop()` or the KV budget
+        is full; the events prepared."""
+        answerer = self.answerer("kv", store)
+        prepared = 0
+        for event_id in event_ids:
+            if should_stop is not None and should_stop():
+                break
+            event = retrieved_event(store, event_id)
+            if event is None or answerer.keeper.has(event_block_key(event)):
+                continue
+            answerer.prepare([event])
+            prepared += 1
+            if answerer.keeper.refused:
+                break
+        return prepared
 
     def close(self) -> None:
         for answerer in self._answerers.values():
