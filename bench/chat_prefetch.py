@@ -63,7 +63,7 @@ def turn(ws: Workspace, st: Store, question: str, history: list[dict]) -> dict:
     return {"question": question, "search": search, "first_token_s": round(first or 0.0, 2),
             "events": len(result.retrieved), "hot_at_ask": hot_before,
             "left_cold_tokens": sum(r.n_tokens for r in result.left_cold), "answer": "".join(pieces).strip(),
-            "retrieved": result.retrieved}
+            "retrieved": result.retrieved + result.left_cold}
 
 
 def trial(source: Path, scratch: Path, model: str, q: dict, prefetch: bool, think: float) -> dict:

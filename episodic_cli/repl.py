@@ -163,7 +163,7 @@ def _loop(ws: Workspace, store: Store, options: AskOptions, ahead: ChatPrefetch 
             last_sources = result.retrieved
             render.out.print(f"[dim]{len(result.retrieved)} sources · /sources to list them[/]")
             if ahead is not None:
-                ahead.ahead(result.retrieved)
+                ahead.ahead(result.retrieved + result.left_cold)  # what it left out first
         except (EpiError, StoreError) as exc:
             render.error(str(exc))
             continue

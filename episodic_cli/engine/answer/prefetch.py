@@ -1,9 +1,10 @@
 """What `epi chat` prepares while the user reads an answer and types the next question (issue 36, item 2).
 
 A follow-up usually asks about the same place: its retrieval lands on the events just read or next to them, and it
-reads each hit with its neighbours. So the events to prepare first are the neighbours of what was just read, nearest
-first, around the best hits first; then the events questions retrieved most often (store/retrieval_log.py). Only
-events whose block the answer model's tier lacks are named; preparing them is `KVModeAnswerer.prepare`, one event at
+reads each hit with its neighbours. So the events to prepare first are those the last answer found but did not read
+whole from a block (left out, or read as a sentence, to keep within --cold-seconds), best hit first; then their
+neighbours, nearest first, around the best hits first; then the events questions retrieved most often
+(store/retrieval_log.py). Only events whose block the answer model's tier lacks are named; preparing them is `KVModeAnswerer.prepare`, one event at
 a time so that a new question stops it within one event.
 """
 from __future__ import annotations
@@ -20,9 +21,9 @@ MAX_EVENTS = 24          # what one turn's prefetch names at most (~5k tokens: t
 
 def likely_next(store: Store, read: list[RetrievedEvent], has_block: Callable[[RetrievedEvent], bool],
                 max_events: int = MAX_EVENTS) -> list[int]:
-    """Event ids to prepare, in order: neighbours of `read` (the events the last answer read, best hit first),
-    nearest first, then the store's most retrieved events; only those without a block."""
-    seen = {r.event.id for r in read}
+    """Event ids to prepare, in order: the events of `read` (what the last answer retrieved, best hit first), then
+    their neighbours, nearest first, then the store's most retrieved events; only those without a block."""
+    seen: set[int] = set()
     out: list[int] = []
 
     def consider(r: RetrievedEvent | None) -> None:
@@ -32,6 +33,9 @@ def likely_next(store: Store, read: list[RetrievedEvent], has_block: Callable[[R
                 out.append(r.event.id)
 
     hits = sorted(read, key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0))
+    for r in hits:
+        consider(r)
+    seen.update(r.event.id for r in read)
     for distance in range(1, NEIGHBOUR_REACH + 1):
         for r in hits:
             for ordinal in (r.event.ordinal + distance, r.event.ordinal - distance):
