@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import shutil
-import sqlite3
 import statistics
 import sys
 import tempfile
@@ -25,26 +24,17 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from episodic_cli.chat_prefetch import ChatPrefetch
-from episodic_cli.engine.answer.kv_mode import event_block_key
-from episodic_cli.engine.ask_options import AskOptions
-from episodic_cli.engine.llama.models import answer_model
-from episodic_cli.engine.workspace import Workspace
-from episodic_cli.store import Store
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from retrieval_variants import copy_store  # noqa: E402
+
+from episodic_cli.chat_prefetch import ChatPrefetch  # noqa: E402
+from episodic_cli.engine.answer.kv_mode import event_block_key  # noqa: E402
+from episodic_cli.engine.ask_options import AskOptions  # noqa: E402
+from episodic_cli.engine.llama.models import answer_model  # noqa: E402
+from episodic_cli.engine.workspace import Workspace  # noqa: E402
+from episodic_cli.store import Store  # noqa: E402
 
 SETS = Path(__file__).resolve().parent / "heldout" / "whole"
-
-
-def cold_copy(source: Path, target: Path) -> None:
-    """The store's database and index, and no KV block at all."""
-    target.mkdir(parents=True)
-    (target / "kv").mkdir()
-    (target / "lock").touch()
-    with sqlite3.connect(source / "store.sqlite3") as src, sqlite3.connect(target / "store.sqlite3") as dst:
-        src.backup(dst)
-    for name in ("index.hnsw", "index.hnsw.crc32"):
-        if (source / name).exists():
-            shutil.copy2(source / name, target / name)
 
 
 def turn(ws: Workspace, st: Store, question: str, history: list[dict]) -> dict:
@@ -68,7 +58,7 @@ def turn(ws: Workspace, st: Store, question: str, history: list[dict]) -> dict:
 
 def trial(source: Path, scratch: Path, model: str, q: dict, prefetch: bool, think: float) -> dict:
     copy = scratch / f"{q['qid']}-{'on' if prefetch else 'off'}"
-    cold_copy(source, copy)
+    copy_store(source, copy)  # with no KV block at all
     ws = Workspace(model, str(copy))
     helper = None
     try:
