@@ -21,8 +21,8 @@ runner = CliRunner()
 def cold_store(tmp_path):
     """A store of one document with many events and a KV budget, but no block prepared yet."""
     doc = tmp_path / "ledger.txt"
-    doc.write_text("\n".join(prose_lines(7, 120)) + "\nThe harbour master keeps the brass keys in the blue tin.\n"
-                   + "\n".join(prose_lines(8, 120)))
+    doc.write_text("\n".join(prose_lines(7, 50)) + "\nThe harbour master keeps the brass keys in the blue tin.\n"
+                   + "\n".join(prose_lines(8, 50)))
     store_dir = tmp_path / "store"
     result = runner.invoke(app, ["ingest", str(doc), "--store", str(store_dir), "--no-kv"])
     assert result.exit_code == 0, result.output
