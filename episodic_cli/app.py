@@ -353,7 +353,7 @@ def chat(
     store: StoreOpt = None,
     model: ModelOpt = None,
     threads: ThreadsOpt = None,
-    prefetch: Annotated[bool, typer.Option("--prefetch/--no-prefetch", help="While you read an answer and type, prepare in the background the KV blocks a follow-up would likely read (the neighbours of what was just read, then the most asked-for), so that it reads fewer events from text.")] = True,
+    prefetch: Annotated[bool, typer.Option("--prefetch/--no-prefetch", help="While you read an answer and type, prepare in the background the KV blocks a follow-up would likely read (what the answer left out, its neighbours, then the most asked-for). Off by default: on 2 cores it made follow-ups read more events from blocks but answer no sooner (docs/benchmarks.md).")] = False,
 ) -> None:
     """Talk to the archive: follow-up questions keep the conversation. Type /help inside for commands (`/doc GLOB`
     restricts the documents, like `--doc`)."""

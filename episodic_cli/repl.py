@@ -82,7 +82,7 @@ def line_reader() -> Callable[[], str]:
     return lambda: session.prompt(prompt)
 
 
-def run_repl(ws: Workspace, store: Store, options: AskOptions, prefetch: bool = True) -> None:
+def run_repl(ws: Workspace, store: Store, options: AskOptions, prefetch: bool = False) -> None:
     """The chat: each question answered with `options` (`/k` and `/doc` change them for the questions after).
     `prefetch`: while the user reads and types, a helper prepares the blocks a follow-up would likely read
     (chat_prefetch.py; kv mode only)."""

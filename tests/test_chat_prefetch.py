@@ -72,3 +72,28 @@ def test_the_chat_helper_prepares_ahead_and_leaves_with_the_chat(engine, cold_st
         health = st.health()
         assert health == [], health
     ws.close()
+
+
+def _helpers_of(store_dir) -> list[int]:
+    """Pids of running prefetch helpers for this store (from /proc: no extra dependency)."""
+    from pathlib import Path
+
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"episodic_cli.chat_prefetch" in args and str(store_dir).encode() in args:
+            found.append(int(cmdline.parent.name))
+    return found
+
+
+def test_epi_chat_with_prefetch_starts_the_helper_after_an_answer_and_ends_it_on_exit(cold_store):
+    result = runner.invoke(app, ["chat", "--prefetch", "--store", str(cold_store)],
+                           input="Where does the harbour master keep the keys?\n")
+    assert result.exit_code == 0, result.output
+    assert "sources" in result.output
+    assert _helpers_of(cold_store) == []  # the chat ended: so did its helper
+    with open(cold_store / "background-job.log", encoding="utf-8") as log:  # started, and stopped without an error
+        assert "prefetch stopped" not in log.read()
