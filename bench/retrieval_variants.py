@@ -10,7 +10,7 @@ events read), the gold excerpt inside a hit, inside the first hit, and how long 
 - `porter`: the copy's lexical index (events and summaries) is rebuilt with FTS5's porter stemmer over the same
   unicode61 tokens, so "class" meets "classes" and "use" meets "used"; questions are stemmed by FTS5 alike.
 
-    python bench/retrieval_variants.py --stores DIR --change token-windows|porter [--only SET ...] [--out FILE]
+    python bench/retrieval_variants.py --stores DIR --change token-windows|porter [...] [--only SET ...] [--out FILE]
 """
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def recall(ws: Workspace, store_dir: Path, questions: list[dict]) -> list[dict]:
         store.close()
 
 
-def run_set(spec: dict, stores: Path, scratch: Path, change: str, threads: int | None) -> dict | None:
+def run_set(spec: dict, stores: Path, scratch: Path, changes: list[str], threads: int | None) -> dict | None:
     store_dir = stores / spec["set"]
     if not store_dir.exists():
         print(f"{spec['set']}: no store in {stores}; skipped", flush=True)
@@ -104,7 +104,7 @@ def run_set(spec: dict, stores: Path, scratch: Path, change: str, threads: int |
     after.__dict__["model"] = before.model  # one model loaded for both
     after.__dict__["embedder"] = before.embedder
     started = time.perf_counter()
-    changed_rows = CHANGES[change](after)
+    changed_rows = sum(CHANGES[change](after) for change in changes)
     seconds = time.perf_counter() - started
     rows = {"before": recall(before, store_dir, questions), "after": recall(after, copy, questions)}
     before.close()
@@ -134,10 +134,11 @@ def main() -> int:
     ap.add_argument("--stores", type=Path, required=True, help="stores a heldout.py --retrieval run left")
     ap.add_argument("--only", nargs="*", help="set names (default: all)")
     ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--change", choices=sorted(CHANGES), required=True, help="what the copy gets")
+    ap.add_argument("--change", nargs="+", choices=sorted(CHANGES), required=True,
+                    help="what the copy gets (several: all of them, in this order)")
     ap.add_argument("--out", type=Path, default=None, help="default: bench/results/retrieval-CHANGE.json")
     args = ap.parse_args()
-    args.out = args.out or Path(f"bench/results/retrieval-{args.change}.json")
+    args.out = args.out or Path(f"bench/results/retrieval-{'+'.join(args.change)}.json")
     load_start = load_average()
     results = []
     with tempfile.TemporaryDirectory(prefix="epi-windows-") as scratch:

@@ -619,7 +619,7 @@ def reembed(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     Stores made before this epi cut long events into 160-word windows, which in code often run past the 256 word
     pieces the embedder reads, so a long event's tail was not searchable by meaning. Such a store keeps working as
     it is (`epi doctor` says which windows it uses); this gives it the new windows. Only the vectors change: no
-    document is read again and no KV block is touched. It takes about a minute per 100k tokens on 2 cores;
+    document is read again and no KV block is touched. It takes about 40 s per 100k tokens on 2 cores;
     Ctrl-C leaves the store as it was.
     """
     Store.refuse_if_being_written(store_path(store))

@@ -133,6 +133,17 @@ def m009_summaries(conn: sqlite3.Connection) -> None:
         conn.execute(sql)
 
 
+@migration
+def m010_lexical_stemming(conn: sqlite3.Connection) -> None:
+    # The lexical tables stem with FTS5's porter stemmer (lexical.TOKENIZE). Their rows are copied as they are into
+    # tables made with it, so a store written before answers from the stemmed index at once, without re-ingesting.
+    for table in ("events_fts", "summaries_fts"):
+        rows = conn.execute(f"SELECT rowid, text, place FROM {table}").fetchall()
+        conn.execute(f"DROP TABLE {table}")
+        conn.execute(f'CREATE VIRTUAL TABLE {table} USING fts5(text, place, tokenize="{lexical.TOKENIZE}")')
+        conn.executemany(f"INSERT INTO {table} (rowid, text, place) VALUES (?, ?, ?)", rows)
+
+
 def _applied(conn: sqlite3.Connection) -> set[str]:
     exists = conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='_migrations'").fetchone()
     if not exists:

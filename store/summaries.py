@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .kv_tier import block_key
-from .lexical import fts5_document, fts5_query
+from .lexical import TOKENIZE, fts5_document, fts5_query
 
 PART, DOCUMENT, COLLECTION = "part", "document", "collection"
 LEVELS = (PART, DOCUMENT, COLLECTION)
@@ -39,7 +39,7 @@ CREATE_STATEMENTS = [
         created_at REAL NOT NULL
     )""",
     "CREATE INDEX summaries_document ON summaries(document_id)",
-    """CREATE VIRTUAL TABLE summaries_fts USING fts5(text, place, tokenize="unicode61 tokenchars '_'")""",
+    f"""CREATE VIRTUAL TABLE summaries_fts USING fts5(text, place, tokenize="{TOKENIZE}")""",
 ]
 
 _COLS = ("id, document_id, level, key, label, first_ordinal, last_ordinal, page_start, page_end, line_start, "

@@ -102,18 +102,7 @@ def stored_matches(store: Store, embedder: Embedder) -> bool:
     return True
 
 
-def test_a_store_made_with_word_windows_keeps_them_for_questions_and_ingest(engine, tmp_path):
-    store_dir = legacy_store(engine, tmp_path)
-    reading = workspace_for(engine, store_dir)
-    with reading.store_for_reading() as st:
-        reading.check_store(st)
-        assert reading.embedder.name == LEGACY_NAME
-        assert stored_matches(st, reading.embedder)  # word windows, as the store's other vectors
-        assert reading.retrieve(st, "What is the parrot called?", 2)
-    assert workspace_for(engine, tmp_path / "new").embedder.name == EMBEDDER_NAME
-
-
-def test_epi_reembed_gives_an_old_store_the_new_windows_all_or_nothing(engine, tmp_path, monkeypatch):
+def test_an_old_store_keeps_word_windows_until_epi_reembed_gives_it_the_new_ones(engine, tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
     from episodic_cli.app import app
@@ -121,6 +110,14 @@ def test_epi_reembed_gives_an_old_store_the_new_windows_all_or_nothing(engine, t
     from episodic_cli.store.summaries import PART, SummaryRecord
 
     store_dir = legacy_store(engine, tmp_path)
+    reading = workspace_for(engine, store_dir)
+    with reading.store_for_reading() as st:  # questions embed as the store was embedded
+        reading.check_store(st)
+        assert reading.embedder.name == LEGACY_NAME
+        assert stored_matches(st, reading.embedder)  # word windows, as the store's other vectors
+        assert reading.retrieve(st, "What is the parrot called?", 2)
+    assert workspace_for(engine, tmp_path / "new").embedder.name == EMBEDDER_NAME
+
     with Store.open_existing(store_dir) as st, st.writer():
         document = st.documents()[0]
         summary = SummaryRecord(level=PART, key="part:1", label="notes.txt", text="A parrot and a cache.",

@@ -137,3 +137,43 @@ def test_a_store_written_before_the_migration_opens_and_answers(engine, tmp_path
         answer = "".join(pieces)
     assert answer.strip() and result.retrieved
     assert "getAndroidApiLevel" in result.retrieved[-1].event.text
+
+
+def _stemming_store(path):
+    rng = np.random.default_rng(1)
+    st = Store.create_or_open(path, StoreIdentity("e", DIM))
+    texts = ["The Retrying class is used around every call.", "Waiting strategies decide the pause."] + [
+        f"def helper_{i}(items):\n    return sorted(items)[:{i}]" for i in range(10)]
+    doc = _doc("pkg/retry.py", len(texts))
+    events = [_event(i, t, None, rng) for i, t in enumerate(texts)]
+    st.replace_document(doc, events)
+    return st, [e.id for e in events]
+
+
+def test_the_lexical_index_stems_so_classes_meets_class_and_uses_meets_used(tmp_path):
+    """FTS5 had no stemming: "classes" never found "class", nor "uses" "used" (issue 35, item 4)."""
+    st, ids = _stemming_store(tmp_path / "s")
+    try:
+        assert st.search_lexical("Which classes does it use?", 3)[0][0] == ids[0]
+        assert st.search_lexical("how does it wait?", 3)[0][0] == ids[1]
+        assert st.search_lexical("helper_3", 1)[0][0] == ids[5]  # an identifier is still found whole
+    finally:
+        st.close()
+
+
+def test_a_store_indexed_before_stemming_is_reindexed_when_opened(tmp_path):
+    import sqlite3
+
+    st, ids = _stemming_store(tmp_path / "s")
+    st.close()
+    conn = sqlite3.connect(tmp_path / "s" / "store.sqlite3", isolation_level=None)
+    rows = conn.execute("SELECT rowid, text, place FROM events_fts").fetchall()
+    conn.execute("DROP TABLE events_fts")  # as m007 made it: no stemmer
+    conn.execute("""CREATE VIRTUAL TABLE events_fts USING fts5(text, place, tokenize="unicode61 tokenchars '_'")""")
+    conn.executemany("INSERT INTO events_fts (rowid, text, place) VALUES (?, ?, ?)", rows)
+    conn.execute("DELETE FROM _migrations WHERE name = 'm010_lexical_stemming'")
+    assert not conn.execute("SELECT rowid FROM events_fts WHERE events_fts MATCH 'classes'").fetchall()
+    conn.close()
+    with Store.open_existing(tmp_path / "s") as old:  # opening migrates: the same rows, stemmed
+        assert old.search_lexical("Which classes does it use?", 3)[0][0] == ids[0]
+        assert old.health() == []
