@@ -118,6 +118,9 @@ def run_set(spec: dict, stores: Path, scratch: Path, changes: list[str], threads
     summary["changed"] = [{"qid": a["qid"], "before_hit_rank": a["gold_in_hit"], "after_hit_rank": b["gold_in_hit"]}
                           for a, b in zip(rows["before"], rows["after"]) if a["gold_in_hit"] != b["gold_in_hit"]
                           or a["source_recall"] != b["source_recall"]]
+    for found in rows.values():
+        for r in found:
+            r["hits"] = r["hits"][:2]  # the two best hits' citations: enough to see a move, and a small file
     summary["rows"] = rows
     print(f"{spec['set']:<16} n={len(questions):>2} src before {summary['before_source_recall']:>2} after "
           f"{summary['after_source_recall']:>2} | in a hit before {summary['before_gold_in_hit']:>2} after "
