@@ -75,7 +75,11 @@ def test_ask_answers_with_evidence_and_sources_cited_on_the_page(archive, shared
         event = next(s for s in answer.sources if s.event_id == q.event_id)
         assert q.quote and " ".join(q.quote.split()) in " ".join(event.text.split())
         assert q.citation.startswith(q.document)
-        assert q.page_start is not None and event.page_start <= q.page_start <= event.page_end
+        if event.page_start is not None:  # a PDF's quote names its page, a text file's its lines
+            assert q.page_start is not None and event.page_start <= q.page_start <= event.page_end
+        else:
+            assert q.line_start is not None and event.line_start <= q.line_start <= event.line_end
+    assert any("Orla Venn" in q.quote and q.page_start == PDF_FACT_PAGE for q in answer.evidence), answer.evidence
     assert 0 < answer.timings.retrieve_s <= answer.timings.first_token_s <= answer.timings.total_s
     json.dumps(answer.as_json())  # plain data all the way down
 
