@@ -334,17 +334,22 @@ class Store:
                 ) from e
             raise
 
+    def _vector(self, value, what: str) -> np.ndarray:
+        """`value` as this store's float32 vector; ValueError naming `what` unless it is the store's dimension,
+        finite and non-zero."""
+        dim = self.identity.embed_dim
+        vec = np.asarray(value, dtype=np.float32).reshape(-1)
+        if vec.shape != (dim,) or not np.all(np.isfinite(vec)) or not np.any(vec):
+            raise ValueError(f"{what}: embedding must be {dim} finite, non-zero float32 values")
+        return vec
+
     def _embeddings(self, events: list[EventRecord]) -> np.ndarray:
         """Validate before touching the database, so caller bugs never reach a transaction."""
-        dim = self.identity.embed_dim
-        out = np.empty((len(events), dim), dtype=np.float32)
+        out = np.empty((len(events), self.identity.embed_dim), dtype=np.float32)
         for i, ev in enumerate(events):
             if ev.embedding is None:
                 raise ValueError(f"event {ev.ordinal} has no embedding")
-            vec = np.asarray(ev.embedding, dtype=np.float32).reshape(-1)
-            if vec.shape != (dim,) or not np.all(np.isfinite(vec)) or not np.any(vec):
-                raise ValueError(f"event {ev.ordinal}: embedding must be {dim} finite, non-zero float32 values")
-            out[i] = vec
+            out[i] = self._vector(ev.embedding, f"event {ev.ordinal}")
         if len({ev.ordinal for ev in events}) != len(events):
             raise ValueError("event ordinals must be unique within a document")
         return out
@@ -474,16 +479,12 @@ class Store:
             summary_ids = {r[0] for r in self._conn.execute("SELECT id FROM summaries")}
             if set(events) != event_ids or set(summaries) != summary_ids:
                 raise ValueError("replace_embeddings needs a vector for every event and every summary of the store")
-            for vec in (*events.values(), *summaries.values()):
-                vec = np.asarray(vec, dtype=np.float32).reshape(-1)
-                if vec.shape != (self.identity.embed_dim,) or not np.all(np.isfinite(vec)) or not np.any(vec):
-                    raise ValueError(f"embeddings must be {self.identity.embed_dim} finite, non-zero float32 values")
+            event_rows = [(self._vector(v, f"event {i}").tobytes(), i) for i, v in events.items()]
+            summary_rows = [(self._vector(v, f"summary {i}").tobytes(), i) for i, v in summaries.items()]
             identity = dataclasses.replace(self.identity, embedder=embedder)
             with self._transaction("re-embedding"):
-                self._conn.executemany("UPDATE events SET embedding = ? WHERE id = ?",
-                                       ((np.asarray(v, dtype=np.float32).tobytes(), i) for i, v in events.items()))
-                self._conn.executemany("UPDATE summaries SET embedding = ? WHERE id = ?",
-                                       ((np.asarray(v, dtype=np.float32).tobytes(), i) for i, v in summaries.items()))
+                self._conn.executemany("UPDATE events SET embedding = ? WHERE id = ?", event_rows)
+                self._conn.executemany("UPDATE summaries SET embedding = ? WHERE id = ?", summary_rows)
                 self._conn.execute("UPDATE meta SET value = ? WHERE key = 'identity'",
                                    (json.dumps(dataclasses.asdict(identity), sort_keys=True),))
             self.identity = identity
