@@ -4,8 +4,8 @@ A follow-up usually asks about the same place: its retrieval lands on the events
 reads each hit with its neighbours. So the events to prepare first are those the last answer found but did not read
 whole from a block (left out, or read as a sentence, to keep within --cold-seconds), best hit first; then their
 neighbours, nearest first, around the best hits first; then the events questions retrieved most often
-(store/retrieval_log.py). Only events whose block the answer model's tier lacks are named; preparing them is `KVModeAnswerer.prepare`, one event at
-a time so that a new question stops it within one event.
+(store/retrieval_log.py). Only events whose block the answer model's tier lacks are named; preparing them is
+`KVModeAnswerer.prepare`, one event at a time so that a new question stops it within one event.
 """
 from __future__ import annotations
 
@@ -35,7 +35,6 @@ def likely_next(store: Store, read: list[RetrievedEvent], has_block: Callable[[R
     hits = sorted(read, key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0))
     for r in hits:
         consider(r)
-    seen.update(r.event.id for r in read)
     for distance in range(1, NEIGHBOUR_REACH + 1):
         for r in hits:
             for ordinal in (r.event.ordinal + distance, r.event.ordinal - distance):
