@@ -6,11 +6,13 @@ block), change the copy, then ask each question's retrieval of both, as bench/he
 neighbour). The events are the same in both. Prints and writes per set: source recall (the gold excerpt among the
 events read), the gold excerpt inside a hit, inside the first hit, and how long the change took. Changes:
 
-- `token-windows`: the copy gets 256-piece embedder windows with `epi reembed`'s code (engine/embed/reembed.py);
-- `porter`: the copy's lexical index (events and summaries) is rebuilt with FTS5's porter stemmer over the same
-  unicode61 tokens, so "class" meets "classes" and "use" meets "used"; questions are stemmed by FTS5 alike.
+- `token-windows`: the copy gets 256-piece embedder windows with `epi reembed`'s code (engine/embed/reembed.py).
 
-    python bench/retrieval_variants.py --stores DIR --change token-windows|porter [...] [--only SET ...] [--out FILE]
+The porter-stemmed lexical index was compared by this script at 30aaa2f (`--change porter`,
+bench/results/retrieval-porter.json), before migration m010 made it every store's: this epi stems a store's index
+when it opens it, so the unstemmed side can no longer be had and that change is gone from here.
+
+    python bench/retrieval_variants.py --stores DIR --change token-windows [--only SET ...] [--out FILE]
 """
 from __future__ import annotations
 
@@ -53,24 +55,7 @@ def reembed_copy(ws: Workspace) -> int:
         store.close()
 
 
-# What the store's lexical tables are made with (store/lexical.py, store/summaries.py), with the porter stemmer
-# wrapped around the same tokenizer.
-PORTER = """porter unicode61 tokenchars '_'"""
-
-
-def porter_copy(ws: Workspace) -> int:
-    with sqlite3.connect(ws.store_dir / "store.sqlite3") as conn:
-        n = 0
-        for table in ("events_fts", "summaries_fts"):
-            rows = conn.execute(f"SELECT rowid, text, place FROM {table}").fetchall()
-            conn.execute(f"DROP TABLE {table}")
-            conn.execute(f'CREATE VIRTUAL TABLE {table} USING fts5(text, place, tokenize="{PORTER}")')
-            conn.executemany(f"INSERT INTO {table} (rowid, text, place) VALUES (?, ?, ?)", rows)
-            n += len(rows)
-    return n
-
-
-CHANGES = {"token-windows": reembed_copy, "porter": porter_copy}
+CHANGES = {"token-windows": reembed_copy}
 
 
 def recall(ws: Workspace, store_dir: Path, questions: list[dict]) -> list[dict]:
