@@ -1,9 +1,12 @@
-"""From the start of `epi ingest` to the first answer: the answer model's blocks prepared before the command returns
-(the default) or by a background job while the user asks (`--background`), side by side on the same text in fresh
-stores, beside the answer model's bare prefill of the same tokens (issue 36).
+"""From the start of `epi ingest` to the first answer: the answer model's blocks kept in the reading pass (one
+reader), prepared after it (two readers) or by a background job while the user asks (`--background`), side by side
+on the same text in fresh stores, beside the answer model's bare prefill of the same tokens (issue 36).
 
-Timed as processes, as a user runs them, the map left out of both (`--no-map`):
-- default: `epi ingest DOC`, then `epi ask Q`: the first answer comes after both, from the blocks;
+Timed as processes, as a user runs them, the map left out of all (`--no-map`):
+- two readers: `epi ingest DOC --model smollm2` (the bundled model cuts the events, then the answer model prepares
+  its blocks), then `epi ask Q`: the first answer comes after both, from the blocks;
+- one reader: `epi ingest DOC --model ANSWER_MODEL` (the answer model cuts the events and keeps its blocks in the
+  same pass), then `epi ask Q`, from the blocks;
 - background: `epi ingest DOC --background`, then at once `epi ask Q` (events without a block read from text within
   `--cold-seconds`, while the job warms beside it), then the job's end, then `epi ask Q` again (from the blocks);
 - bare prefill: the answer model's llama.cpp prefill of the same tokens, nothing else, in this process
@@ -44,6 +47,13 @@ def wait_for_job(epi: list[str], store: Path, env: dict) -> dict:
         time.sleep(1.0)
 
 
+def events_of(store: Path) -> int:
+    import sqlite3
+
+    with sqlite3.connect(store / "store.sqlite3") as db:
+        return db.execute("SELECT count(*) FROM events").fetchone()[0]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--chars", type=int, default=20_000)
@@ -59,11 +69,16 @@ def main(argv: list[str] | None = None) -> int:
     epi = [sys.executable, "-m", "episodic_cli"]
     load_start = os.getloadavg()
 
-    store = root / "default"
-    t_ingest, _, _ = run([*epi, "ingest", str(doc), "--store", str(store), "--no-map", "--json"], env)
-    t_ask, answer = ask(epi, store, args.question, env)
-    default = {"ingest_s": round(t_ingest, 1), "ask_s": round(t_ask, 1), "first_answer_s": round(t_ingest + t_ask, 1),
-               "answer": answer["answer"], "kv_prefilled_tokens": answer["kv_prefilled_tokens"]}
+    answerer = answer_model(None)
+    hot = {}
+    for name, reader in (("two readers", "smollm2"), ("one reader", answerer)):
+        store = root / name.replace(" ", "-")
+        t_ingest, _, _ = run([*epi, "ingest", str(doc), "--store", str(store), "--model", reader, "--no-map", "--json"],
+                             env)
+        t_ask, answer = ask(epi, store, args.question, env)
+        hot[name] = {"ingest_s": round(t_ingest, 1), "ask_s": round(t_ask, 1),
+                     "first_answer_s": round(t_ingest + t_ask, 1), "answer": answer["answer"],
+                     "kv_prefilled_tokens": answer["kv_prefilled_tokens"], "events": events_of(store)}
 
     store = root / "background"
     t0 = time.perf_counter()
@@ -78,15 +93,17 @@ def main(argv: list[str] | None = None) -> int:
                   "cold_answer": cold["answer"], "cold_left_out_tokens": cold["left_cold"]["tokens"],
                   "hot_answer": hot["answer"], "hot_prefilled_tokens": hot["kv_prefilled_tokens"]}
 
-    ws = Workspace(answer_model(None))
+    ws = Workspace(answerer)
     tokens = ws.model.tokenize(doc.read_text(encoding="utf-8"))
     rate = bare_prefill_rate(ws, tokens, None, all_logits=False)
     ws.close()
     bare = len(tokens) / rate
-    rows = {"tokens": len(tokens), "bare_prefill_s": round(bare, 1), "default": default, "background": background}
+    rows = {"tokens": len(tokens), "bare_prefill_s": round(bare, 1), "answer_model": answerer, **hot,
+            "background": background}
     print(f"{len(tokens):,} tokens; the answer model's bare prefill: {bare:.1f} s ({rate:.0f} tokens/s)\n")
     print("| | seconds | / bare prefill |\n|---|---|---|")
-    for name, seconds in (("default: ingest, then the first answer (hot)", default["first_answer_s"]),
+    for name, seconds in (("two readers: ingest, then the first answer (hot)", hot["two readers"]["first_answer_s"]),
+                          ("one reader: ingest, then the first answer (hot)", hot["one reader"]["first_answer_s"]),
                           ("--background: ingest returns", background["ingest_returns_s"]),
                           ("--background: first answer (cold, while it warms)", background["first_answer_s"]),
                           ("--background: the job done", background["job_done_s"]),
