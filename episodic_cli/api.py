@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .engine.answer.map_writer import MapProgress
-from .engine.ask_options import AskOptions
+from .engine.ask_options import AskOptions, check_pool
 from .engine.budgets import COLD_PREFILL_SECONDS, DEFAULT_K
 from .engine.documents.blocks import BLOCK_KINDS
 from .engine.documents.sources import Skipped, discover, document_format
@@ -512,6 +512,7 @@ class Archive:
         options = AskOptions(k=k, mode=mode, neighbours=neighbours, docs=globs, narrow=narrow, short=short,
                              layered=layered, epman=epman, cold_seconds=cold_seconds, kind=read_kind(read),
                              answer_tokens=answer_tokens)
+        check_pool(pool, layered)
         st = self._ready()
         check_doc_globs(st, globs)
         self.workspace.layered_pool = pool or 0

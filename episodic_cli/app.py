@@ -18,8 +18,8 @@ from typer.core import TyperGroup
 from . import __version__, render
 from . import background as background_job
 from .api import Archive, check_doc_globs, nothing_to_ingest, parse_size, unknown_event
-from .engine.ask_options import MODES, AskOptions
-from .engine.budgets import COLD_PREFILL_SECONDS, DEFAULT_K, LAYER_BUDGET, POOL_TOKENS_RANGE
+from .engine.ask_options import MODES, AskOptions, check_pool
+from .engine.budgets import COLD_PREFILL_SECONDS, DEFAULT_K
 from .engine.documents.blocks import BLOCK_KINDS
 from .engine.documents.sources import Skipped, discover, document_format
 from .engine.documents.structure import decode as decode_section
@@ -239,16 +239,6 @@ def follow_changes(st: Store, ingestor, paths: list[Path], changes, as_json: boo
         if batch.found:
             ingest_found(ingestor, batch.found, as_json)
             ingestor.finish_run()
-
-
-def check_pool(pool: int | None, layered: bool) -> None:
-    if pool is not None and not layered:
-        raise EpiError("--pool sizes the pool of --layered answers; add --layered, or leave --pool out")
-    low, high = POOL_TOKENS_RANGE
-    if pool is not None and not low <= pool <= high:
-        raise EpiError(f"--pool {pool}: a layered pool holds {low:,}-{high:,} tokens (each layer sees "
-                       f"{LAYER_BUDGET:,} of them, so a smaller pool leaves nothing to choose); leave --pool out for "
-                       "the default, what the answer context holds")
 
 
 @app.command()

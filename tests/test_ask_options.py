@@ -91,3 +91,14 @@ def test_a_kv_only_choice_is_refused_on_a_store_without_blocks(tmp_path, choice,
         ws.resolve(without_blocks, AskOptions(**choice))
     assert ws.resolve(with_blocks, AskOptions(**choice)).mode == "kv"
     assert ws.resolve(without_blocks, AskOptions(mode="kv", **choice)).mode == "kv"  # a named mode stays
+
+
+@pytest.mark.parametrize("pool,layered,needle", [(20_000, False, "add --layered"), (100, True, "holds 4,096-48,000"),
+                                                 (1_000_000, True, "holds 4,096-48,000")])
+def test_the_python_api_refuses_a_pool_the_cli_refuses(tmp_path, pool, layered, needle):
+    """Archive.ask checks --pool as `epi ask` does, before any store or model is opened (a pool outside the range
+    used to reach the answerer unchecked)."""
+    archive = Archive(tmp_path / "no-store")
+    with pytest.raises(EpiError, match=needle):
+        archive.ask("what is it?", layered=layered, pool=pool)
+    assert not (tmp_path / "no-store").exists()

@@ -11,10 +11,10 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import TEXT_QUESTION, assert_one_line_error, license_text, tier_block_paths, workspace_for
-from episodic_cli import app as app_module
 from episodic_cli.app import app
 from episodic_cli.engine.llama import layer_visibility
 from episodic_cli.engine.answer.text_mode import Answer
+from episodic_cli.engine import ask_options
 from episodic_cli.engine.ask_options import AskOptions
 from episodic_cli.engine.errors import EpiError
 from episodic_cli.engine.kv.keys import rope_params, unrotated_keys
@@ -338,7 +338,7 @@ def test_ask_layered_json_reports_the_pool_and_each_layer(shared_store, monkeypa
 def test_ask_layered_pool_sets_the_pool_size(shared_store, monkeypatch):
     monkeypatch.setenv("EPI_HOME", str(shared_store.home))
     # this store holds ~3k tokens, less than the smallest pool a user may ask for: lower the bound to see --pool act
-    monkeypatch.setattr(app_module, "POOL_TOKENS_RANGE", (1000, 48_000))
+    monkeypatch.setattr(ask_options, "POOL_TOKENS_RANGE", (1000, 48_000))
     result = runner.invoke(app, ["ask", TEXT_QUESTION, "--store", str(shared_store.store_dir), "--layered",
                                  "--pool", "1200", "--json"])
     assert result.exit_code == 0, result.output

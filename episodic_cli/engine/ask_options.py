@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .budgets import COLD_PREFILL_SECONDS, DEFAULT_K, WHOLE_METHOD
+from .budgets import COLD_PREFILL_SECONDS, DEFAULT_K, LAYER_BUDGET, POOL_TOKENS_RANGE, WHOLE_METHOD
 from .errors import EpiError
 from .retrieval.question_kind import QuestionKind
 
@@ -83,3 +83,15 @@ class AskOptions:
             return (f"--{'layered' if self.layered else 'epman'} works on a lookup's retrieved blocks, not on "
                     f"--read {self.kind.value}; leave one of them out")
         return None
+
+
+def check_pool(pool: int | None, layered: bool) -> None:
+    """`--pool` (the layered pool's size in tokens, which lives on the Workspace, not in AskOptions): only with
+    --layered, and within POOL_TOKENS_RANGE. `epi ask`, `epi chat` and Archive.ask all check it here."""
+    if pool is not None and not layered:
+        raise EpiError("--pool sizes the pool of --layered answers; add --layered, or leave --pool out")
+    low, high = POOL_TOKENS_RANGE
+    if pool is not None and not low <= pool <= high:
+        raise EpiError(f"--pool {pool}: a layered pool holds {low:,}-{high:,} tokens (each layer sees "
+                       f"{LAYER_BUDGET:,} of them, so a smaller pool leaves nothing to choose); leave --pool out for "
+                       "the default, what the answer context holds")
