@@ -12,7 +12,10 @@ Timed as processes, as a user runs them, the map left out of all (`--no-map`):
 - bare prefill: the answer model's llama.cpp prefill of the same tokens, nothing else, in this process
   (bench/ingest_throughput.py's bare_prefill_rate).
 
-    python bench/background_warm.py [--chars 20000] [--question "..."]
+    python bench/background_warm.py [--chars 20000] [--question "..."] [--rows two one background]
+
+`--chars 465000` is the whole of the topics, ~100k tokens: issue 36's book (each row then takes most of an hour on
+2 cores).
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ from ingest_throughput import bare_prefill_rate, haystack
 
 from episodic_cli.store.job_status import RUNNING_PHASES
 
+ROWS = ("two", "one", "background")
 QUESTION = "What does the assert statement do when the expression is false?"
 
 
@@ -47,6 +51,21 @@ def wait_for_job(epi: list[str], store: Path, env: dict) -> dict:
         time.sleep(1.0)
 
 
+def timed_background(epi: list[str], store: Path, doc: Path, question: str, env: dict) -> dict:
+    """`epi ingest --background`, a question at once (cold), the job's end, the question again (from the blocks)."""
+    t0 = time.perf_counter()
+    t_read, _, _ = run([*epi, "ingest", str(doc), "--store", str(store), "--no-map", "--background", "--json"], env)
+    t_cold, cold = ask(epi, store, question, env)
+    job = wait_for_job(epi, store, env)
+    t_done = time.perf_counter() - t0
+    t_hot, hot = ask(epi, store, question, env)
+    return {"ingest_returns_s": round(t_read, 1), "cold_ask_s": round(t_cold, 1),
+            "first_answer_s": round(t_read + t_cold, 1), "job_done_s": round(t_done, 1),
+            "good_answer_s": round(t_done + t_hot, 1), "job": job,
+            "cold_answer": cold["answer"], "cold_left_out_tokens": cold["left_cold"]["tokens"],
+            "hot_answer": hot["answer"], "hot_prefilled_tokens": hot["kv_prefilled_tokens"]}
+
+
 def events_of(store: Path) -> int:
     import sqlite3
 
@@ -59,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chars", type=int, default=20_000)
     ap.add_argument("--question", default=QUESTION)
     ap.add_argument("--out", type=Path, default=Path("bench/results/background_warm.json"))
+    ap.add_argument("--rows", nargs="+", choices=ROWS, default=list(ROWS),
+                    help="which ways to time (default all); --chars 465000 (~100k tokens) takes most of an hour a row")
     args = ap.parse_args(argv)
     from episodic_cli.engine.llama.models import answer_model
     from episodic_cli.engine.workspace import Workspace
@@ -70,45 +91,40 @@ def main(argv: list[str] | None = None) -> int:
     load_start = os.getloadavg()
 
     answerer = answer_model(None)
-    hot = {}
+    readers = {}
     for name, reader in (("two readers", "smollm2"), ("one reader", answerer)):
+        if name.split()[0] not in args.rows:
+            continue
         store = root / name.replace(" ", "-")
         t_ingest, _, _ = run([*epi, "ingest", str(doc), "--store", str(store), "--model", reader, "--no-map", "--json"],
                              env)
         t_ask, answer = ask(epi, store, args.question, env)
-        hot[name] = {"ingest_s": round(t_ingest, 1), "ask_s": round(t_ask, 1),
-                     "first_answer_s": round(t_ingest + t_ask, 1), "answer": answer["answer"],
-                     "kv_prefilled_tokens": answer["kv_prefilled_tokens"], "events": events_of(store)}
-
-    store = root / "background"
-    t0 = time.perf_counter()
-    t_read, _, _ = run([*epi, "ingest", str(doc), "--store", str(store), "--no-map", "--background", "--json"], env)
-    t_cold, cold = ask(epi, store, args.question, env)
-    job = wait_for_job(epi, store, env)
-    t_done = time.perf_counter() - t0
-    t_hot, hot = ask(epi, store, args.question, env)
-    background = {"ingest_returns_s": round(t_read, 1), "cold_ask_s": round(t_cold, 1),
-                  "first_answer_s": round(t_read + t_cold, 1), "job_done_s": round(t_done, 1),
-                  "good_answer_s": round(t_done + t_hot, 1), "job": job,
-                  "cold_answer": cold["answer"], "cold_left_out_tokens": cold["left_cold"]["tokens"],
-                  "hot_answer": hot["answer"], "hot_prefilled_tokens": hot["kv_prefilled_tokens"]}
+        readers[name] = {"ingest_s": round(t_ingest, 1), "ask_s": round(t_ask, 1),
+                         "first_answer_s": round(t_ingest + t_ask, 1), "answer": answer["answer"],
+                         "kv_prefilled_tokens": answer["kv_prefilled_tokens"], "events": events_of(store)}
+    background = timed_background(epi, root / "background", doc, args.question, env) \
+        if "background" in args.rows else None
 
     ws = Workspace(answerer)
     tokens = ws.model.tokenize(doc.read_text(encoding="utf-8"))
     rate = bare_prefill_rate(ws, tokens, None, all_logits=False)
     ws.close()
     bare = len(tokens) / rate
-    rows = {"tokens": len(tokens), "bare_prefill_s": round(bare, 1), "answer_model": answerer, **hot,
+    rows = {"tokens": len(tokens), "bare_prefill_s": round(bare, 1), "answer_model": answerer, **readers,
             "background": background}
     print(f"{len(tokens):,} tokens; the answer model's bare prefill: {bare:.1f} s ({rate:.0f} tokens/s)\n")
     print("| | seconds | / bare prefill |\n|---|---|---|")
-    for name, seconds in (("two readers: ingest, then the first answer (hot)", hot["two readers"]["first_answer_s"]),
-                          ("one reader: ingest, then the first answer (hot)", hot["one reader"]["first_answer_s"]),
-                          ("--background: ingest returns", background["ingest_returns_s"]),
-                          ("--background: first answer (cold, while it warms)", background["first_answer_s"]),
-                          ("--background: the job done", background["job_done_s"]),
-                          ("--background: the first answer from the blocks", background["good_answer_s"])):
+    lines = [(f"{name}: ingest, then the first answer (hot)", r["first_answer_s"]) for name, r in readers.items()]
+    if background is not None:
+        lines += [("--background: ingest returns", background["ingest_returns_s"]),
+                  ("--background: first answer (cold, while it warms)", background["first_answer_s"]),
+                  ("--background: the job done", background["job_done_s"]),
+                  ("--background: the first answer from the blocks", background["good_answer_s"])]
+    for name, seconds in lines:
         print(f"| {name} | {seconds} | {seconds / bare:.2f}x |")
+    for name, r in readers.items():
+        print(f"{name}: ingest {r['ingest_s']} s ({len(tokens) / r['ingest_s']:.0f} answer-model tokens/s), "
+              f"{r['events']} events")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"command": "python bench/background_warm.py " + " ".join(argv or sys.argv[1:]),
                                     "date": time.strftime("%Y-%m-%d %H:%M"), "load_start": load_start,
