@@ -165,10 +165,10 @@ def run_set(spec: dict, stores: Path, threads: int | None, log, retrieval_only: 
         return {"set": spec["set"], "skipped": f"missing {', '.join(missing)}"}
     log(f"{spec['set']}: {spec['description']}")
     warnings: list[str] = []
-    reader = reader_model()
-    ws = Workspace(reader, store=str(stores / spec["set"]), threads=threads, warn=warnings.append)
-    info = ingest(ws, paths, log)  # with the model that reads documents, as `epi ingest` does
     model = answer_model(model)  # as `epi ask` picks it
+    reader = reader_model(None, model)  # as `epi ingest` picks it: the answer model itself where one is installed
+    ws = Workspace(reader, store=str(stores / spec["set"]), threads=threads, warn=warnings.append)
+    info = ingest(ws, paths, log)  # files already in the store, read by whichever model, are skipped
     if model != reader:  # another answer model on the same store: its own KV tier, the embedder shared
         answer_ws = Workspace(model, store=str(stores / spec["set"]), threads=threads, warn=warnings.append)
         answer_ws.__dict__["embedder"] = ws.embedder

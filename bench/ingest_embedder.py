@@ -45,7 +45,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="epi-ingest-embedder-"))
     doc = tmp / "topics.txt"
     doc.write_text(haystack(args.chars))
-    reader = reader_model(None)  # the model `epi ingest` reads with (SmolLM2 by default)
+    reader = reader_model(None)  # the fast reader (SmolLM2 unless $EPI_MODEL names another)
     base = Workspace(reader, store=str(tmp / "unused"))
     numpy_encoder = base.embedder._encoder
     st_encoder = SentenceTransformersEncoder()

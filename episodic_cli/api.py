@@ -41,7 +41,7 @@ from .engine.ingest.pipeline import IngestProgress, IngestResult
 from .engine.ingest.segment import SegmentParams
 from .engine.kv.keeper import DEFAULT_KIND
 from .engine.llama.models import answer_model as chosen_answer_model
-from .engine.llama.models import reader_model
+from .engine.llama.models import answer_model_follows, reader_model
 from .engine.prompt import check_question_length
 from .engine.retrieval.citations import citation, place_words, printable
 from .engine.retrieval.question_kind import QuestionKind
@@ -674,9 +674,10 @@ class Archive:
                warm_progress: Callable[[int, int], None] | None = None,
                map_progress: Callable[[MapProgress], None] | None = None) -> IngestReport:
         """Read files and folders into the store, as `epi ingest` does (the store is created when there is none):
-        the reading model (`reader`; default the bundled SmolLM2, or $EPI_MODEL) cuts them into events and keeps
-        its KV blocks; then, unless it is the reading model itself, this Archive's answer model prepares its blocks
-        for the new documents (`warm`) and writes their map (`write_map`). `kv_budget`: bytes or "20GB" (None: the
+        the reading model (`reader`, or $EPI_MODEL; by default this Archive's answer model where one is installed and
+        `warm`, else the bundled SmolLM2) cuts them into events and keeps its KV blocks; then this Archive's answer
+        model, where it did not read them, prepares its blocks for the new documents (`warm`), and writes their map
+        (`write_map`). `kv_budget`: bytes or "20GB" (None: the
         store's, 10 GB for a new one); `kv=False` keeps text only. `progress` hears the pipeline's progress
         (engine/ingest/pipeline.py, IngestProgress)."""
         found = list(discover([Path(p).expanduser() for p in paths]))
@@ -686,7 +687,9 @@ class Archive:
             if isinstance(kv_budget, str) else int(kv_budget)
         Store.refuse_if_being_written(self.store_dir)
         params = params or SegmentParams()
-        reading = reader_model(reader)
+        answering = chosen_answer_model(self.model_choice)
+        # one reader (models.reader_model): the answer model reads when its blocks are wanted, the fast reader if not
+        reading = reader_model(reader, answering if kv and warm else None)
         ws = Workspace(reading, str(self.store_dir), self.threads, warn=self._warn)
         results: list[IngestResult] = []
         try:
@@ -697,11 +700,11 @@ class Archive:
         finally:
             ws.close()
         report = IngestReport([r.as_json() for r in results])
-        answering = chosen_answer_model(self.model_choice)
         new_docs = {r.path for r in results if r.status == "ingested"}
         st = self._ready()
-        if kv and warm and answering != "none" and answering != reading and new_docs:
-            report.warm = {"model": answering, **self.workspace.warm(st, warm_progress, new_docs).as_json()}
+        if kv and warm and answer_model_follows(answering, reading) and new_docs:
+            if answering != reading:  # one reader kept its blocks as it read
+                report.warm = {"model": answering, **self.workspace.warm(st, warm_progress, new_docs).as_json()}
             if write_map:
                 Store.refuse_if_being_written(self.store_dir)
                 self.workspace.embedder.load(batches=False)

@@ -32,7 +32,7 @@ from .engine.ingest.watch import plan, watch_changes
 from .engine.kv.blocks import KINDS as KV_KINDS
 from .engine.kv.keeper import DEFAULT_KIND
 from .engine.llama.models import answer_model as chosen_answer_model
-from .engine.llama.models import reader_model
+from .engine.llama.models import answer_model_follows, reader_model
 from .engine.paths import data_dir, store_path
 from .engine.prompt import check_question_length
 from .engine.retrieval.citations import printable
@@ -80,7 +80,7 @@ KVType = Enum("KVType", {k: k for k in KV_KINDS}, type=str)
 Refine = Enum("Refine", {r: r for r in REFINE_METHODS}, type=str)
 
 StoreOpt = Annotated[Optional[str], typer.Option("--store", "-s", help="Store name (kept under the epi data directory) or a path. Default: `default`, or $EPI_STORE.")]
-ModelOpt = Annotated[Optional[str], typer.Option("--model", "-m", help="The model: a GGUF file, or an installed one by name: `qwen-1.5b` (answers by default where installed), `qwen-0.5b`, `smollm2` (the bundled SmolLM2-135M, which reads documents at ingest by default); or set $EPI_MODEL.")]
+ModelOpt = Annotated[Optional[str], typer.Option("--model", "-m", help="The model: a GGUF file, or an installed one by name: `qwen-1.5b` (answers by default where installed), `qwen-0.5b`, `smollm2` (the bundled SmolLM2-135M, the fast reader: `epi ingest --answer-model none` reads with it); or set $EPI_MODEL. At ingest it names the model that reads (by default the answer model itself).")]
 ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", "-t", min=1, help="CPU threads for llama.cpp (default: physical cores).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout and nothing else.")]
 EpmanOpt = Annotated[bool, typer.Option("--epman", help="kv mode: weight each retrieved block by its relevance (EpMAN; V rows scaled into [0.9, 1.0]).")]
@@ -144,9 +144,9 @@ def ingest(
     cluster: Annotated[Optional[str], typer.Option("--cluster", envvar="EPI_CLUSTER", help="Read the files on a Ray cluster's workers (this process writes the store): the head's HOST:PORT, or `local` to start one here on 127.0.0.1 (docs/cluster.md). Needs `pip install 'epi[cluster]'`.", show_default=False)] = None,
     workers: Annotated[Optional[int], typer.Option(min=1, help="With --cluster local: worker processes (default 2).", show_default=False)] = None,
     background: Annotated[bool, typer.Option("--background", help="Prepare the answer model's blocks and the map in a background process after reading, and return at once: ask while it warms (`epi warm --status` shows how far).")] = False,
-    answer_model: Annotated[Optional[str], typer.Option("--answer-model", help="After reading, prepare this model's KV blocks for the new documents (`epi warm`), so that its answers load them: default the answer model (`qwen-1.5b` when installed, or $EPI_MODEL); `none` skips it (questions then read what they can from text, see `epi ask --cold-seconds`).", show_default=False)] = None,
+    answer_model: Annotated[Optional[str], typer.Option("--answer-model", help="The model whose answers this ingest prepares for: default the answer model (`qwen-1.5b` when installed, or $EPI_MODEL). It reads the documents itself, keeping its KV blocks in the same pass, then writes the map; with `--model` or `--background` another model reads first and it prepares its blocks after (`epi warm`). `none`: the fast reader only (questions then read what they can from text, see `epi ask --cold-seconds`).", show_default=False)] = None,
     write_map: Annotated[bool, typer.Option("--map/--no-map", help="After the answer model's blocks, write the map of the new documents (`epi map`): summaries that questions about a whole chapter, file or book read. --no-map leaves it for later.")] = True,
-    watch: Annotated[bool, typer.Option("--watch", help="After reading, keep watching PATHS: added and changed files are read, removed or renamed ones leave the store with their KV blocks, until Ctrl-C. The store stays locked for other writers meanwhile; the answer model builds blocks for changed files when asked (or `epi warm`).")] = False,
+    watch: Annotated[bool, typer.Option("--watch", help="After reading, keep watching PATHS: added and changed files are read, removed or renamed ones leave the store with their KV blocks, until Ctrl-C. The store stays locked for other writers meanwhile; changed files get the reading model's blocks as they are read (an answer model that did not read them prepares its own when asked, or by `epi warm`).")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Read documents into the store: one llama.cpp pass per file, surprise-segmented events, embeddings.
@@ -155,13 +155,13 @@ def ingest(
     its own, a long one every `--commit-every` events, so an error, Ctrl-C or a crash never loses the work already
     done; run the same command again to resume (inside a long file too).
 
-    The documents are read by the bundled SmolLM2-135M (`--model` or $EPI_MODEL names another), which keeps each
-    event's KV block for itself; then the answer model (`--answer-model`, by default Qwen2.5-Coder-1.5B when
-    installed) prepares its own blocks for the new events, so that questions load them instead of re-reading text.
-    Both keep blocks while the store's KV budget (`--kv-budget`, default 10GB) allows. `--answer-model none` is the
-    fast path: about 3.4x the speed, with the first questions reading text (docs/benchmarks.md). `--background`
-    returns once the documents are read and prepares the blocks and the map in a background process while you ask
-    (`epi warm --status` shows how far; answers reach full quality when it is done).
+    The answer model (`--answer-model`, by default Qwen2.5-Coder-1.5B when installed) reads the documents itself: it
+    cuts the events where it is surprised and keeps each event's KV block in the same pass, so that questions load
+    the blocks instead of re-reading text; then it writes the map. Blocks are kept while the store's KV budget
+    (`--kv-budget`, default 10GB) allows. `--answer-model none` is the fast path: the bundled SmolLM2-135M reads,
+    about 3x the speed, and questions read text (docs/benchmarks.md). `--background` reads with SmolLM2, returns, and
+    prepares the answer model's blocks and the map in a background process while you ask (`epi warm --status` shows
+    how far; answers reach full quality when it is done). `--model` (or $EPI_MODEL) names the reading model.
     """
     if min_tokens > max_tokens:
         raise EpiError("--min-tokens must not exceed --max-tokens")
@@ -175,7 +175,10 @@ def ingest(
     budget_text = "0" if not kv else kv_budget
     budget = None if budget_text is None else parse_size(budget_text)  # a typo fails before the model loads
     Store.refuse_if_being_written(store_path(store))  # before the model loads
-    reader = reader_model(model)
+    answerer = chosen_answer_model(answer_model)
+    # One reader: the answer model cuts the events and keeps its blocks in one pass, unless the read must be fast
+    # (--background warms afterwards) or keeps no blocks (--no-kv).
+    reader = reader_model(model, answerer if kv and not background else None)
     ws = Workspace(reader, store, threads, warn=render.warning)
     with render.status("loading model and embedder", quiet=as_json):
         st = ws.store_for_writing(params)
@@ -191,14 +194,14 @@ def ingest(
     if not as_json:
         render.ingest_summary(results, st.path)
     ws.close()
-    answerer = chosen_answer_model(answer_model)
     new_docs = {r.path for r in results if r.status == "ingested"}
-    if kv and answerer != "none" and answerer != reader and new_docs:
+    if kv and answer_model_follows(answerer, reader) and new_docs:
         if background:  # every event without a block, then every part without a summary: the new ones included
             render.job_started(*background_job.start_or_join(store_path(store), answerer, threads, write_map),
                                as_json=as_json)
         else:
-            warm_documents(answerer, store, threads, new_docs, as_json)
+            if answerer != reader:  # one reader kept them as it read
+                warm_documents(answerer, store, threads, new_docs, as_json)
             if write_map:
                 map_documents(answerer, store, threads, new_docs, as_json)
     if any(r.status == "failed" for r in results) or all(r.status == "skipped" for r in results):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 from typer.testing import CliRunner
 
@@ -90,14 +91,18 @@ def test_the_prefill_rate_is_guessed_by_size_then_kept_as_measured():
     assert prefill_rate.rate("b" * 64, 4, 1_500_000_000) == large  # per thread count
 
 
-def test_ingest_prepares_the_answer_models_blocks_for_the_new_documents(second_model, tmp_path):
+def ingest_logbook(tmp_path: Path, store_dir: Path, *options: str) -> tuple[Path, list[dict]]:
+    """`epi ingest` of a 120-line log into `store_dir` with `options`: the file and its --json lines."""
     doc = tmp_path / "notes.txt"
     doc.write_text(" ".join(f"Line {i}: the lighthouse keeper logged the tide at {i} o'clock." for i in range(120)))
-    store_dir = tmp_path / "store"
-    out = runner.invoke(app, ["ingest", str(doc), "--store", str(store_dir), "--answer-model", str(second_model),
-                              "--json"])
+    out = runner.invoke(app, ["ingest", str(doc), "--store", str(store_dir), *options, "--json"])
     assert out.exit_code == 0, out.stderr
-    lines = [json.loads(line) for line in out.stdout.splitlines()]
+    return doc, [json.loads(line) for line in out.stdout.splitlines()]
+
+
+def test_ingest_prepares_the_answer_models_blocks_for_the_new_documents(second_model, tmp_path):
+    store_dir = tmp_path / "store"
+    doc, lines = ingest_logbook(tmp_path, store_dir, "--answer-model", str(second_model))
     ingested = lines[0]
     (warm,) = [line for line in lines if "warm" in line]
     (written,) = [line for line in lines if "map" in line]  # then the map of the new document (test_whole_scope.py)
@@ -109,6 +114,38 @@ def test_ingest_prepares_the_answer_models_blocks_for_the_new_documents(second_m
     again = runner.invoke(app, ["ingest", str(doc), "--store", str(store_dir), "--answer-model", str(second_model),
                                 "--json"])
     assert [json.loads(line)["status"] for line in again.stdout.splitlines()] == ["unchanged"]  # nothing to warm
+
+
+def test_one_reader_the_answer_model_reads_and_keeps_its_blocks_in_one_pass(second_model, tmp_path, monkeypatch):
+    """Issue 36 item 1: with no reader named (neither --model nor $EPI_MODEL), the answer model cuts the events
+    itself and keeps its blocks as it reads: one tier, every event's block, nothing left to warm; the map follows.
+    --answer-model none reads with the fast bundled reader instead."""
+    monkeypatch.delenv("EPI_MODEL")
+    store_dir = tmp_path / "store"
+    _, lines = ingest_logbook(tmp_path, store_dir, "--answer-model", str(second_model))
+    assert lines[0]["status"] == "ingested" and not [line for line in lines if "warm" in line]
+    (written,) = [line for line in lines if "map" in line]
+    assert written["per_level"]["document"] == 1
+    (tier,) = json.loads(runner.invoke(app, ["ls", "--store", str(store_dir), "--json"]).stdout)["kv_tiers"]
+    assert tier["blocks"] == lines[0]["events"] > 0
+
+    _, fast = ingest_logbook(tmp_path, tmp_path / "fast", "--answer-model", "none")
+    (bundled,) = json.loads(runner.invoke(app, ["ls", "--store", str(tmp_path / "fast"), "--json"]).stdout)["kv_tiers"]
+    assert bundled["tier"] != tier["tier"]  # the bundled reader's own blocks (another file: another tier)
+    assert len(fast) == 1  # reading only: no blocks for another model, no map
+
+
+def test_the_reader_is_the_answer_model_unless_one_is_named_or_no_blocks_are_wanted(monkeypatch):
+    from episodic_cli.engine.llama.models import answer_model_follows, reader_model
+
+    monkeypatch.delenv("EPI_MODEL")
+    assert reader_model(None, "qwen-1.5b") == "qwen-1.5b"  # one reader
+    assert reader_model(None, "none") == reader_model(None, None) == "smollm2"  # the fast reader
+    assert reader_model("x.gguf", "qwen-1.5b") == "x.gguf"
+    monkeypatch.setenv("EPI_MODEL", "y.gguf")
+    assert reader_model(None, "qwen-1.5b") == "y.gguf"
+    assert answer_model_follows("qwen-1.5b", "qwen-1.5b") and answer_model_follows("qwen-1.5b", "smollm2")
+    assert not answer_model_follows("none", "smollm2") and not answer_model_follows("smollm2", "smollm2")
 
 
 def test_the_default_answer_model_is_the_installed_1_5b_model(monkeypatch):

