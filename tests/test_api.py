@@ -279,6 +279,24 @@ def test_ingest_reads_new_files_and_skips_unchanged_ones(tmp_path):
             archive.ingest([tmp_path / "missing.txt"])
 
 
+def test_ingest_with_an_answer_model_reads_with_it_in_one_pass(second_model, tmp_path, monkeypatch):
+    """One reader (issue 36 item 1): the Archive's answer model cuts the events and keeps its blocks as it reads, so
+    nothing is warmed after; warm=False reads with the fast bundled reader instead."""
+    from episodic_cli import Archive
+
+    monkeypatch.delenv("EPI_MODEL")
+    doc = tmp_path / "tides.txt"
+    doc.write_text("\n".join(prose_lines(7, 10)), encoding="utf-8")
+    tiers = {}
+    for name, warm in (("one", True), ("fast", False)):
+        with Archive(tmp_path / name, model=str(second_model)) as archive:
+            report = archive.ingest([doc], warm=warm, write_map=False)
+        assert report.ok and report.warm is None and report.map is None
+        (tier,) = [d.name for d in (tmp_path / name / "kv").iterdir() if d.is_dir()]
+        tiers[name] = tier
+    assert tiers["one"] != tiers["fast"]  # the answer model's own tier, not the bundled reader's
+
+
 def test_summary_returns_the_map_s_summaries(shared_store, tmp_path):
     """On a copy of the shared store with a map written into it (the summaries' texts stand in for a model's)."""
     import shutil
