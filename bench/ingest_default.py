@@ -1,8 +1,9 @@
 """`epi ingest` as a user runs it, with and without preparing the answer model's blocks, side by side.
 
 Two fresh stores, one after the other, the same text (CPython's pydoc topics): `epi ingest FILE` with the defaults
-(the bundled model reads; the answer model, Qwen 1.5B where installed, then prepares its blocks) and `epi ingest FILE
---answer-model none` (reading only). Wall time of each command as a process, its peak RSS from the operating system
+(the answer model, Qwen 1.5B where installed, reads and keeps its blocks in one pass, then writes the map; before
+issue 36's one reader the bundled model read and the answer model prepared its blocks after) and `epi ingest FILE
+--answer-model none` (the bundled model reading only). Wall time of each command as a process, its peak RSS from the operating system
 (ru_maxrss of the child), and the ratio.
 
     python bench/ingest_default.py [--chars 20000]
