@@ -53,7 +53,7 @@ def turn(ws: Workspace, st: Store, question: str, history: list[dict]) -> dict:
     return {"question": question, "search": search, "first_token_s": round(first or 0.0, 2),
             "events": len(result.retrieved), "hot_at_ask": hot_before,
             "left_cold_tokens": sum(r.n_tokens for r in result.left_cold),
-            "read_as_sentences": len(result.cold_sentences), "answer": "".join(pieces).strip(),
+            "read_as_sentences": len(result.cold_passages), "answer": "".join(pieces).strip(),
             "retrieved": result.retrieved + result.left_cold}
 
 

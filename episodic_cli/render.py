@@ -188,14 +188,14 @@ def job_line(status) -> str:
 def left_cold(result) -> None:
     """Say which retrieved events the answer read only in part, or left out, because their blocks are not prepared
     yet."""
-    if not result.left_cold and not result.cold_sentences:
+    if not result.left_cold and not result.cold_passages:
         return
-    short = len(result.cold_sentences)
+    short = len(result.cold_passages)
     whole = len(result.retrieved) - short
-    tokens = sum(r.n_tokens for r in result.left_cold + result.cold_sentences)
+    tokens = sum(r.n_tokens for r in result.left_cold + result.cold_passages)
     parts = [f"read {whole} of {whole + short + len(result.left_cold)} retrieved events whole"]
     if short:
-        parts.append(f"{short} as their best sentence")
+        parts.append(f"{short} as the passages that match the question")
     if result.left_cold:
         parts.append(f"left out {len(result.left_cold)}")
     warning(f"{', '.join(parts)}: their KV blocks for this model are not prepared yet ({tokens:,} tokens to read "

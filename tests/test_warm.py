@@ -184,16 +184,17 @@ def test_warm_prepares_the_events_questions_retrieved_first(shared_store, second
     assert again["kv_prefilled_tokens"] == 0 and again["kv_loaded_tokens"] == again["retrieved_tokens"]
 
 
-def test_cold_events_are_read_as_their_best_sentence_and_the_best_one_whole_as_time_allows(
+def test_cold_events_are_read_as_passages_and_the_best_one_whole_as_time_allows(
         shared_store, second_model, tmp_path, monkeypatch):
-    """With time for every cold event's best sentence, the answer reads those (decoded in place between the blocks);
-    with time for the most relevant event whole as well, that one is prefilled whole. Events with no sentence
-    sharing a word with the question are left out."""
+    """With time for a few sentences, the answer reads passages of the cold events (decoded in place between the
+    blocks), each a piece of its event's own text, within that time; with time for the most relevant event whole as
+    well, that one is prefilled whole, and only what is read whole is prefilled as a block. The rule itself: tests/test_cold_reading.py."""
     import time
 
     from episodic_cli.engine.answer.records import Answer
     from episodic_cli.engine.llama.backend import default_threads
-    from episodic_cli.engine.retrieval.evidence import focus, readable
+    from episodic_cli.engine.retrieval.cold_reading import EXCERPT_GAP
+    from episodic_cli.engine.retrieval.evidence import readable
     from episodic_cli.engine.retrieval.retrieve import relevance_order
     from episodic_cli.engine.workspace import Workspace
     from episodic_cli.store import Store
@@ -203,33 +204,31 @@ def test_cold_events_are_read_as_their_best_sentence_and_the_best_one_whole_as_t
     with Store.open_existing(store_dir) as st:
         answerer = ws.answerer("kv", st)
         read = relevance_order(ws.retrieve(st, TEXT_QUESTION, 3, 1))
-        sentences = {}
-        for r in read:
-            found = focus(TEXT_QUESTION, [r], 1)
-            if found:
-                text = readable(r.event.text[found[0].span.start : found[0].span.end])
-                sentences[r.event.id] = (text, len(ws.model.tokenize(text)))
-        assert 1 < len(sentences) < len(read)
-        with_sentence = [r for r in read if r.event.id in sentences]
         rate = prefill_rate.rate(ws.prepared.sha256, default_threads(), ws.model.info.n_params)
-        tokens = sum(n for _, n in sentences.values())
-        kept, left, excerpts = ws.fit_cold(answerer, TEXT_QUESTION, read, (tokens + 0.5) / rate)
-        assert excerpts == {i: text for i, (text, _) in sentences.items()}
-        assert kept == with_sentence and left == [r for r in read if r not in kept]
+        room = 80
+        assert room < min(r.n_tokens for r in read)
+        kept, left, excerpts = ws.fit_cold(answerer, TEXT_QUESTION, read, (room + 0.5) / rate)
+        assert excerpts and set(excerpts) == {r.event.id for r in kept}
+        assert left == [r for r in read if r not in kept]
+        assert sum(len(ws.model.tokenize(t)) for t in excerpts.values()) <= room
+        for r in kept:
+            assert all(part in readable(r.event.text) for part in excerpts[r.event.id].split(EXCERPT_GAP))
 
-        top = read[-1]  # the most relevant: read whole once there is time for the rest of it
-        tokens += top.n_tokens - sentences.get(top.event.id, ("", 0))[1]
-        kept, left, excerpts = ws.fit_cold(answerer, TEXT_QUESTION, read, (tokens + 0.5) / rate)
-        assert excerpts == {i: text for i, (text, _) in sentences.items() if i != top.event.id}
-        assert kept == [r for r in read if r.event.id in sentences or r is top]
+        # time for all but one token: the most relevant is read whole, and not every event is
+        top = read[-1]
+        total = sum(r.n_tokens for r in read)
+        kept, left, excerpts = ws.fit_cold(answerer, TEXT_QUESTION, read, (total - 1 + 0.5) / rate)
+        assert top in kept and top.event.id not in excerpts
+        whole = [r for r in kept if r.event.id not in excerpts]
+        assert sum(r.n_tokens for r in whole) < total
         answer = Answer()
         shown = []
         answerer.on_prepare = lambda done, total: shown.append((done, total))
         pieces = list(answerer.stream(TEXT_QUESTION, kept, None, time.perf_counter(), answer, max_tokens=16,
                                       excerpts=excerpts))
-        total = top.n_tokens + sum(len(ws.model.tokenize(f"\n{t}\n")) for t in excerpts.values())
+        total = sum(r.n_tokens for r in whole) + sum(len(ws.model.tokenize(f"\n{t}\n")) for t in excerpts.values())
     ws.close()
     assert "".join(pieces).strip()
-    assert answer.kv_prefilled_tokens == top.n_tokens and answer.kv_loaded_tokens == 0  # only that one whole
-    # the progress line counts the sentences too, from the start: nothing read from text goes unannounced
+    assert answer.kv_prefilled_tokens == sum(r.n_tokens for r in whole) and answer.kv_loaded_tokens == 0
+    # the progress line counts the passages too, from the start: nothing read from text goes unannounced
     assert shown[0] == (0, total) and shown[-1] == (total, total)

@@ -11,7 +11,8 @@ PROMPT_OVERHEAD = 256
 MIN_SOURCE_ROOM = 256  # fewer positions left for sources than this: the question is refused as too long for them
 EVIDENCE_BUDGET = 3072  # tokens of retrieved events an answer reads at most
 # A question reading whole events prefills those without a block for the answer model at most this long; the rest
-# are read as their best sentence, or left out (Workspace.fit_cold; docs/benchmarks.md, "Answer models").
+# are read as passages that match the question, or left out (engine/retrieval/cold_reading.py; docs/heldout.md,
+# "Cold answers").
 COLD_PREFILL_SECONDS = 10.0
 WARM_RUN_TOKENS = EVIDENCE_BUDGET  # `epi warm` prefills runs of consecutive events of about this many tokens
 # A loaded block's first tokens decoded again at its new place (EPIC; engine/answer/kv_mode.py): 0 = off until the

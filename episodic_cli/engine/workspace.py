@@ -40,7 +40,7 @@ from .llama.backend import LlamaModel, default_threads
 from .llama.models import BUNDLED_MODEL_FILE, PreparedModel, prepare_model
 from .paths import cache_dir, store_path
 from .retrieval.evidence import SentenceSupport, Support, readable, support, support_by_sentence
-from .retrieval.evidence import focus as evidence_focus
+from .retrieval import cold_reading
 from .retrieval.evidence import narrow as evidence_narrow
 from .retrieval.retrieve import RetrievedEvent, relevance_order, retrieve
 from .retrieval.scope import Restriction, documents_matching
@@ -71,8 +71,8 @@ class AskResult:
     # retrieved events left out because the answer model has no block for them yet and reading them from text would
     # take longer than the question may (Workspace.fit_cold)
     left_cold: list[RetrievedEvent] = field(default_factory=list)
-    # of the events read, those without a block read as their best sentence only, for the same reason
-    cold_sentences: list[RetrievedEvent] = field(default_factory=list)
+    # of the events read, those without a block read only as passages that match the question, for the same reason
+    cold_passages: list[RetrievedEvent] = field(default_factory=list)
     kind: QuestionKind = QuestionKind.LOOKUP  # how much the answer read (engine/retrieval/question_kind.py)
     reading: str | None = None  # what a whole-scope or overview answer read: "read all of ch. 12, 7,930 tokens"
     search: str | None = None   # what retrieval looked for, when not the question (a chat follow-up's rewrite)
@@ -138,7 +138,7 @@ class AskResult:
             # retrieved, but left out: no block for this model yet, and too long to read from text now
             "left_cold": {"events": [r.event.id for r in self.left_cold],
                           "tokens": sum(r.n_tokens for r in self.left_cold),
-                          "read_as_sentences": [r.event.id for r in self.cold_sentences]},
+                          "read_as_sentences": [r.event.id for r in self.cold_passages]},
         }
 
 
@@ -509,7 +509,7 @@ class Workspace:
         excerpts = None
         if options.cold_seconds and mode == "kv" and not layered and not focus:
             kept, result.left_cold, excerpts = self.fit_cold(answerer, search, read, options.cold_seconds)
-            result.cold_sentences = [r for r in kept if r.event.id in excerpts]
+            result.cold_passages = [r for r in kept if r.event.id in excerpts]
             if result.left_cold:
                 kept_ids = {id(r) for r in kept}
                 weights = None if weights is None else [w for r, w in zip(read, weights) if id(r) in kept_ids]
@@ -635,38 +635,17 @@ class Workspace:
     def fit_cold(self, answerer: KVModeAnswerer, question: str, retrieved: list[RetrievedEvent], seconds: float
                  ) -> tuple[list[RetrievedEvent], list[RetrievedEvent], dict[int, str]]:
         """(read, left out, {event id: text read instead of the whole event}) for the events without a block in the
-        answer model's tier, so that preparing them takes at most `seconds` at this machine's prefill rate: first each
-        cold event's sentence that best matches the question, most relevant first, while they fit; then, most
-        relevant first, events read whole instead while the time left allows. Retrieval's best hit is often not the
-        one that holds the answer (bench/scale.py's needles), so a sentence of each beats one event whole. When
-        nothing fits and the best hit is cold, it is read whole."""
+        answer model's tier, so that preparing them takes at most `seconds` at this machine's prefill rate: passages
+        that match the question first, then events whole while time is left (engine/retrieval/cold_reading.py)."""
         room = seconds * prefill_rate.rate(self.prepared.sha256, self.threads or default_threads(),
                                            self.model.info.n_params)
         cold = [i for i, r in enumerate(retrieved) if not answerer.keeper.has(event_block_key(r))]
         if sum(retrieved[i].n_tokens for i in cold) <= room:
             return retrieved, [], {}
-        order = cold[::-1]  # relevance order is ascending: the best first
-        sentences: dict[int, tuple[str, int]] = {}
-        for i in order:
-            best = evidence_focus(question, [retrieved[i]], 1)
-            if best:
-                text = readable(retrieved[i].event.text[best[0].span.start : best[0].span.end])
-                n = len(self.model.tokenize(text))
-                if n <= room:
-                    sentences[i] = (text, n)
-                    room -= n
-        whole: set[int] = set()
-        for i in order:
-            extra = retrieved[i].n_tokens - sentences.get(i, ("", 0))[1]
-            if extra <= room:
-                whole.add(i)
-                room -= extra
-                sentences.pop(i, None)
-        if not whole and not sentences and order[0] == len(retrieved) - 1:  # an answer reads something
-            whole.add(order[0])
-        left = {i for i in cold if i not in whole and i not in sentences}
-        excerpts = {retrieved[i].event.id: text for i, (text, _) in sentences.items()}
-        return [r for i, r in enumerate(retrieved) if i not in left], [retrieved[i] for i in sorted(left)], excerpts
+        reading = cold_reading.choose(question, retrieved, cold, int(room), lambda t: len(self.model.tokenize(t)))
+        excerpts = {retrieved[i].event.id: reading.excerpt(retrieved[i], i) for i in reading.passages}
+        return ([r for i, r in enumerate(retrieved) if i not in reading.left],
+                [retrieved[i] for i in sorted(reading.left)], excerpts)
 
     def _timing_cold(self, stream: Iterator[str], answerer) -> Iterator[str]:
         """The answer's pieces; afterwards, how fast its cold events were prefilled is kept for the next question."""

@@ -102,7 +102,8 @@ class KVModeAnswerer:
         prepared from text is not weighted). `spans[i]`: narrowed evidence, the character spans of event i to read;
         they are decoded as text behind the sink instead of loading the blocks (kv_messages). `lead_spans`: the
         answer starts with the likeliest of these (engine/answer/short_answer.py). `excerpts[event id]`: the text
-        read in place of that event's block (its best sentence, when its block is not prepared: Workspace.fit_cold)."""
+        read in place of that event's block (its passages that match the question, when its block is not prepared:
+        engine/retrieval/cold_reading.py)."""
         t0 = time.perf_counter()
         parts = self._plan(question, retrieved, history, weights, spans, excerpts)
         keep = self._shared_prefix(parts)
