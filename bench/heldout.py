@@ -341,6 +341,7 @@ def write_results(args, argv: list[str] | None, results: list[dict], t0: float, 
               "machine": f"{platform.machine()}, {len(__import__('os').sched_getaffinity(0))} CPUs",
               "date": datetime.now().strftime("%Y-%m-%d %H:%M"), "model": ws.prepared.source.name, "short": args.short,
               "k": K, "whole": args.whole, "narrow": args.narrow, "modes": args.modes, "cold_seconds": args.cold_seconds,
+              "cold_rate": args.cold_rate,
               "relink": args.relink, "layered": args.layered,
               "wall_min": (time.perf_counter() - t0) / 60, "load_start": load_start, "load_end": load_average(),
               "sets": results}
@@ -370,6 +371,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--narrow", action="store_true", help="read the best sentences (epi ask --narrow); neither: "
                     "as epi ask does by default for the model")
     ap.add_argument("--cold-seconds", type=float, default=None, help="as epi ask's (default: no limit)")
+    ap.add_argument("--cold-rate", type=float, default=None,
+                    help="with --cold-seconds: size what a question reads from text at this many tokens/s instead of "
+                    "the rate this machine measured (runs side by side, or at another load, then read the same)")
     ap.add_argument("--relink", type=int, default=None,
                     help="kv mode: decode each loaded block's first N tokens again at their place (default: epi's)")
     ap.add_argument("--layered", action="store_true", help="kv mode with per-layer block selection (epi ask --layered)")
@@ -378,6 +382,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     global K
     K = args.k
+    if args.cold_rate:
+        from episodic_cli.engine.llama import prefill_rate
+
+        prefill_rate.rate = lambda *_: args.cold_rate
+        prefill_rate.record = lambda *_: None
     log = lambda msg: print(msg, flush=True)  # noqa: E731
     t0, load_start = time.perf_counter(), load_average()
     sets = [s for s in load_sets(args.sets) if not args.only or s["set"] in args.only]
