@@ -12,7 +12,7 @@ Timed as processes, as a user runs them, the map left out of all (`--no-map`):
 - bare prefill: the answer model's llama.cpp prefill of the same tokens, nothing else, in this process
   (bench/ingest_throughput.py's bare_prefill_rate).
 
-    python bench/background_warm.py [--chars 20000] [--question "..."] [--rows two one background]
+    python bench/background_warm.py [--chars 20000] [--question "..."] [--rows two one background] [--bare-tokens N]
 
 `--chars 465000` is the whole of the topics, ~100k tokens: issue 36's book (each row then takes most of an hour on
 2 cores).
@@ -80,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("bench/results/background_warm.json"))
     ap.add_argument("--rows", nargs="+", choices=ROWS, default=list(ROWS),
                     help="which ways to time (default all); --chars 465000 (~100k tokens) takes most of an hour a row")
+    ap.add_argument("--bare-tokens", type=int, default=None,
+                    help="time the bare prefill on the text's first N tokens only (each 2,048-token window is prefilled "
+                    "from an empty cache, so every window costs the same) and scale it to the whole; default: all")
     args = ap.parse_args(argv)
     from episodic_cli.engine.llama.models import answer_model
     from episodic_cli.engine.workspace import Workspace
@@ -107,10 +110,11 @@ def main(argv: list[str] | None = None) -> int:
 
     ws = Workspace(answerer)
     tokens = ws.model.tokenize(doc.read_text(encoding="utf-8"))
-    rate = bare_prefill_rate(ws, tokens, None, all_logits=False)
+    rate = bare_prefill_rate(ws, tokens[: args.bare_tokens], None, all_logits=False)
     ws.close()
     bare = len(tokens) / rate
-    rows = {"tokens": len(tokens), "bare_prefill_s": round(bare, 1), "answer_model": answerer, **readers,
+    rows = {"tokens": len(tokens), "bare_prefill_s": round(bare, 1), "bare_prefill_timed_tokens":
+            len(tokens[: args.bare_tokens]), "answer_model": answerer, **readers,
             "background": background}
     print(f"{len(tokens):,} tokens; the answer model's bare prefill: {bare:.1f} s ({rate:.0f} tokens/s)\n")
     print("| | seconds | / bare prefill |\n|---|---|---|")
