@@ -41,7 +41,7 @@ from .engine.ingest.pipeline import IngestProgress, IngestResult
 from .engine.ingest.segment import SegmentParams
 from .engine.kv.keeper import DEFAULT_KIND
 from .engine.llama.models import answer_model as chosen_answer_model
-from .engine.llama.models import answer_model_follows, reader_model
+from .engine.llama.models import plan_ingest
 from .engine.prompt import check_question_length
 from .engine.retrieval.citations import citation, place_words, printable
 from .engine.retrieval.question_kind import QuestionKind
@@ -687,10 +687,8 @@ class Archive:
             if isinstance(kv_budget, str) else int(kv_budget)
         Store.refuse_if_being_written(self.store_dir)
         params = params or SegmentParams()
-        answering = chosen_answer_model(self.model_choice)
-        # one reader (models.reader_model): the answer model reads when its blocks are wanted, the fast reader if not
-        reading = reader_model(reader, answering if kv and warm else None)
-        ws = Workspace(reading, str(self.store_dir), self.threads, warn=self._warn)
+        plan = plan_ingest(reader, chosen_answer_model(self.model_choice) if warm else "none", kv, False, write_map)
+        ws = Workspace(plan.reading, str(self.store_dir), self.threads, warn=self._warn)
         results: list[IngestResult] = []
         try:
             st = ws.store_for_writing(params)
@@ -702,13 +700,12 @@ class Archive:
         report = IngestReport([r.as_json() for r in results])
         new_docs = {r.path for r in results if r.status == "ingested"}
         st = self._ready()
-        if kv and warm and answer_model_follows(answering, reading) and new_docs:
-            if answering != reading:  # one reader kept its blocks as it read
-                report.warm = {"model": answering, **self.workspace.warm(st, warm_progress, new_docs).as_json()}
-            if write_map:
-                Store.refuse_if_being_written(self.store_dir)
-                self.workspace.embedder.load(batches=False)
-                report.map = {"model": answering, **self.workspace.write_map(st, map_progress, new_docs).as_json()}
+        if new_docs and plan.prepares_blocks:
+            report.warm = {"model": plan.answering, **self.workspace.warm(st, warm_progress, new_docs).as_json()}
+        if new_docs and plan.writes_map:
+            Store.refuse_if_being_written(self.store_dir)
+            self.workspace.embedder.load(batches=False)
+            report.map = {"model": plan.answering, **self.workspace.write_map(st, map_progress, new_docs).as_json()}
         return report
 
 

@@ -32,7 +32,7 @@ from .engine.ingest.watch import plan, watch_changes
 from .engine.kv.blocks import KINDS as KV_KINDS
 from .engine.kv.keeper import DEFAULT_KIND
 from .engine.llama.models import answer_model as chosen_answer_model
-from .engine.llama.models import answer_model_follows, reader_model
+from .engine.llama.models import plan_ingest
 from .engine.paths import data_dir, store_path
 from .engine.prompt import check_question_length
 from .engine.retrieval.citations import printable
@@ -175,11 +175,10 @@ def ingest(
     budget_text = "0" if not kv else kv_budget
     budget = None if budget_text is None else parse_size(budget_text)  # a typo fails before the model loads
     Store.refuse_if_being_written(store_path(store))  # before the model loads
-    answerer = chosen_answer_model(answer_model)
     # One reader: the answer model cuts the events and keeps its blocks in one pass, unless the read must be fast
     # (--background warms afterwards) or keeps no blocks (--no-kv).
-    reader = reader_model(model, answerer if kv and not background else None)
-    ws = Workspace(reader, store, threads, warn=render.warning)
+    plan = plan_ingest(model, chosen_answer_model(answer_model), kv, background, write_map)
+    ws = Workspace(plan.reading, store, threads, warn=render.warning)
     with render.status("loading model and embedder", quiet=as_json):
         st = ws.store_for_writing(params)
         ws.embedder.load(batches=True)  # before the progress bars start
@@ -195,15 +194,14 @@ def ingest(
         render.ingest_summary(results, st.path)
     ws.close()
     new_docs = {r.path for r in results if r.status == "ingested"}
-    if kv and answer_model_follows(answerer, reader) and new_docs:
-        if background:  # every event without a block, then every part without a summary: the new ones included
-            render.job_started(*background_job.start_or_join(store_path(store), answerer, threads, write_map),
-                               as_json=as_json)
-        else:
-            if answerer != reader:  # one reader kept them as it read
-                warm_documents(answerer, store, threads, new_docs, as_json)
-            if write_map:
-                map_documents(answerer, store, threads, new_docs, as_json)
+    if new_docs and plan.follows and background:  # every event without a block, then every part without a summary
+        render.job_started(*background_job.start_or_join(store_path(store), plan.answering, threads, write_map),
+                           as_json=as_json)
+    elif new_docs:
+        if plan.prepares_blocks:
+            warm_documents(plan.answering, store, threads, new_docs, as_json)
+        if plan.writes_map:
+            map_documents(plan.answering, store, threads, new_docs, as_json)
     if any(r.status == "failed" for r in results) or all(r.status == "skipped" for r in results):
         raise typer.Exit(1)
 

@@ -148,6 +148,23 @@ def test_the_reader_is_the_answer_model_unless_one_is_named_or_no_blocks_are_wan
     assert not answer_model_follows("none", "smollm2") and not answer_model_follows("smollm2", "smollm2")
 
 
+def test_the_ingest_plan_says_who_reads_and_what_follows(monkeypatch):
+    """One rule for `epi ingest` and `Archive.ingest` (models.plan_ingest)."""
+    from episodic_cli.engine.llama.models import IngestPlan, plan_ingest
+
+    monkeypatch.delenv("EPI_MODEL", raising=False)
+    # the default: one reader, its blocks kept as it reads, then the map
+    assert plan_ingest(None, "qwen-1.5b", True, False, True) == IngestPlan("qwen-1.5b", "qwen-1.5b", True, False, True)
+    # --background: the fast reader, then the answer model's blocks and the map (in the job)
+    assert plan_ingest(None, "qwen-1.5b", True, True, True) == IngestPlan("smollm2", "qwen-1.5b", True, True, True)
+    # --model names another reader: two readers
+    assert plan_ingest("smollm2", "qwen-1.5b", True, False, False) == IngestPlan("smollm2", "qwen-1.5b", True, True,
+                                                                                 False)
+    # --no-kv and --answer-model none: the fast reader, nothing after
+    assert plan_ingest(None, "qwen-1.5b", False, False, True) == IngestPlan("smollm2", "qwen-1.5b", False, False, False)
+    assert plan_ingest(None, "none", True, False, True) == IngestPlan("smollm2", "none", False, False, False)
+
+
 def test_the_default_answer_model_is_the_installed_1_5b_model(monkeypatch):
     from episodic_cli.engine.llama import models
     from episodic_cli.engine.llama.bundled import BUNDLED, is_installed

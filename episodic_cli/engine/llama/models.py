@@ -76,6 +76,25 @@ def answer_model_follows(answering: str, reading: str) -> bool:
     return answering != "none" and not answering == reading == BUNDLED_MODEL_NAME
 
 
+@dataclass(frozen=True)
+class IngestPlan:
+    """Who reads an ingest's documents, and what the answer model does after the reading pass."""
+
+    reading: str
+    answering: str
+    follows: bool  # the answer model works on after the read (answer_model_follows), where blocks are kept
+    prepares_blocks: bool  # ... preparing its own blocks, because another model read (two readers)
+    writes_map: bool  # ... writing the map of the new documents
+
+
+def plan_ingest(reader: str | None, answering: str, kv: bool, fast_read: bool, write_map: bool) -> IngestPlan:
+    """The one rule `epi ingest` and `Archive.ingest` follow. `reader`: --model; `answering`: the answer model or
+    "none"; `fast_read`: read with the fast reader and let the answer model catch up later (`--background`)."""
+    reading = reader_model(reader, answering if kv and not fast_read else None)
+    follows = kv and answer_model_follows(answering, reading)
+    return IngestPlan(reading, answering, follows, follows and answering != reading, follows and write_map)
+
+
 def model_names() -> list[str]:
     """The names --model takes besides a file."""
     return [BUNDLED_MODEL_NAME, *BUNDLED]
