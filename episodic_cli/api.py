@@ -693,7 +693,8 @@ class Archive:
         try:
             st = ws.store_for_writing(params)
             ws.embedder.load(batches=True)
-            with ws.ingest_run(st, params, kv_type if kv else None, budget, commit_every) as ingestor:
+            with ws.ingest_run(st, params, kv_type if kv else None, budget, commit_every,
+                               keep_blocks=plan.reader_keeps_blocks) as ingestor:
                 results += ingestor.ingest(found, progress)
         finally:
             ws.close()

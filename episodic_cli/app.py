@@ -146,7 +146,7 @@ def ingest(
     background: Annotated[bool, typer.Option("--background", help="Prepare the answer model's blocks and the map in a background process after reading, and return at once: ask while it warms (`epi warm --status` shows how far).")] = False,
     answer_model: Annotated[Optional[str], typer.Option("--answer-model", help="The model whose answers this ingest prepares for: default the answer model (`qwen-1.5b` when installed, or $EPI_MODEL). It reads the documents itself, keeping its KV blocks in the same pass, then writes the map; with `--model` or `--background` another model reads first and it prepares its blocks after (`epi warm`). `none`: the fast reader only (questions then read what they can from text, see `epi ask --cold-seconds`).", show_default=False)] = None,
     write_map: Annotated[bool, typer.Option("--map/--no-map", help="After the answer model's blocks, write the map of the new documents (`epi map`): summaries that questions about a whole chapter, file or book read. --no-map leaves it for later.")] = True,
-    watch: Annotated[bool, typer.Option("--watch", help="After reading, keep watching PATHS: added and changed files are read, removed or renamed ones leave the store with their KV blocks, until Ctrl-C. The store stays locked for other writers meanwhile; changed files get the reading model's blocks as they are read (an answer model that did not read them prepares its own when asked, or by `epi warm`).")] = False,
+    watch: Annotated[bool, typer.Option("--watch", help="After reading, keep watching PATHS: added and changed files are read, removed or renamed ones leave the store with their KV blocks, until Ctrl-C. The store stays locked for other writers meanwhile; changed files get the answer model's blocks as they are read where it is the reader (otherwise it prepares them when asked, or by `epi warm`).")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Read documents into the store: one llama.cpp pass per file, surprise-segmented events, embeddings.
@@ -186,7 +186,8 @@ def ingest(
     if changes is not None:
         next(changes)  # the watcher runs from here on: nothing that changes during the first pass is missed
     results = []
-    with ws.ingest_run(st, params, kv_type.value if kv else None, budget, commit_every, spec) as ingestor:
+    with ws.ingest_run(st, params, kv_type.value if kv else None, budget, commit_every, spec,
+                       plan.reader_keeps_blocks) as ingestor:
         results += ingest_found(ingestor, found, as_json)
         if changes is not None:
             follow_changes(st, ingestor, paths, changes, as_json)

@@ -109,8 +109,9 @@ def test_ingest_prepares_the_answer_models_blocks_for_the_new_documents(second_m
     assert ingested["status"] == "ingested" and warm["warm"] == str(second_model)
     assert written["per_level"]["part"] >= 1 and written["per_level"]["document"] == 1
     assert warm["events_kept"] == warm["events_to_do"] == ingested["events"] > 0
-    tiers = json.loads(runner.invoke(app, ["ls", "--store", str(store_dir), "--json"]).stdout)["kv_tiers"]
-    assert sorted(t["blocks"] for t in tiers) == [ingested["events"]] * 2  # the reader's and the answer model's
+    (tier,) = json.loads(runner.invoke(app, ["ls", "--store", str(store_dir), "--json"]).stdout)["kv_tiers"]
+    # the answer model's blocks only: the reader's would serve no question and take their share of the budget
+    assert tier["blocks"] == ingested["events"]
     again = runner.invoke(app, ["ingest", str(doc), "--store", str(store_dir), "--answer-model", str(second_model),
                                 "--json"])
     assert [json.loads(line)["status"] for line in again.stdout.splitlines()] == ["unchanged"]  # nothing to warm
@@ -163,6 +164,11 @@ def test_the_ingest_plan_says_who_reads_and_what_follows(monkeypatch):
     # --no-kv and --answer-model none: the fast reader, nothing after
     assert plan_ingest(None, "qwen-1.5b", False, False, True) == IngestPlan("smollm2", "qwen-1.5b", False, False, False)
     assert plan_ingest(None, "none", True, False, True) == IngestPlan("smollm2", "none", False, False, False)
+    # the reader keeps its own blocks only where it answers too
+    assert plan_ingest(None, "qwen-1.5b", True, False, True).reader_keeps_blocks
+    assert plan_ingest(None, "none", True, False, True).reader_keeps_blocks
+    assert not plan_ingest(None, "qwen-1.5b", True, True, True).reader_keeps_blocks  # --background
+    assert not plan_ingest("smollm2", "qwen-1.5b", True, False, True).reader_keeps_blocks
 
 
 def test_the_default_answer_model_is_the_installed_1_5b_model(monkeypatch):

@@ -293,18 +293,20 @@ class Workspace:
 
     @contextmanager
     def ingest_run(self, store: Store, params: SegmentParams, kv_kind: str | None, kv_budget: int | None,
-                   commit_every: int = DEFAULT_COMMIT_EVERY, cluster: ClusterSpec | None = None
-                   ) -> Iterator[Ingestor | ClusterIngestor]:
+                   commit_every: int = DEFAULT_COMMIT_EVERY, cluster: ClusterSpec | None = None,
+                   keep_blocks: bool = True) -> Iterator[Ingestor | ClusterIngestor]:
         """One `epi ingest` run on `store` (closed afterwards): holds the writer lock, applies `kv_budget` (bytes,
         None: unchanged) and `kv_kind` (None: no blocks), and afterwards removes the blocks no event names.
-        `cluster`: the documents are read by that Ray cluster's workers, this process commits them."""
+        `cluster`: the documents are read by that Ray cluster's workers, this process commits them. `keep_blocks`
+        False: the reader keeps none of its own blocks (another model answers: IngestPlan.reader_keeps_blocks), while
+        `kv_kind` still sets the kind the answer model's blocks will take."""
         try:
             with store.writer():
                 if kv_budget is not None:
                     apply_kv_budget(store, kv_budget)
                 if kv_kind is not None:
                     store.set_kv_block_kind(kv_kind)
-                ingestor = self.ingestor(store, params, kv_kind, commit_every)
+                ingestor = self.ingestor(store, params, kv_kind if keep_blocks else None, commit_every)
                 try:
                     if cluster is not None:
                         ingestor = ClusterIngestor(ingestor, cluster, self.cluster_job(ingestor, cluster))

@@ -86,6 +86,12 @@ class IngestPlan:
     prepares_blocks: bool  # ... preparing its own blocks, because another model read (two readers)
     writes_map: bool  # ... writing the map of the new documents
 
+    @property
+    def reader_keeps_blocks(self) -> bool:
+        """Whether the reading pass keeps the reader's own blocks: not where another model answers, since only the
+        answering model's blocks serve questions, and the reader's would take its share of the one KV budget."""
+        return not self.prepares_blocks
+
 
 def plan_ingest(reader: str | None, answering: str, kv: bool, fast_read: bool, write_map: bool) -> IngestPlan:
     """The one rule `epi ingest` and `Archive.ingest` follow. `reader`: --model; `answering`: the answer model or
