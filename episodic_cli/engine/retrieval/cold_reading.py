@@ -32,7 +32,11 @@ class ColdReading:
 
     def excerpt(self, r: RetrievedEvent, i: int) -> str:
         """The text read of event `i` in place of the whole (its passages in reading order)."""
-        return EXCERPT_GAP.join(readable(r.event.text[a:b]) for a, b in self.passages[i])
+        return _excerpt_text(r, self.passages[i])
+
+
+def _excerpt_text(r: RetrievedEvent, spans: list[tuple[int, int]]) -> str:
+    return EXCERPT_GAP.join(readable(r.event.text[a:b]) for a, b in spans)
 
 
 def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -54,20 +58,20 @@ def choose(question: str, retrieved: list[RetrievedEvent], cold: list[int], room
     by_relevance = sorted(cold, reverse=True)  # the best first
     events = [retrieved[i] for i in by_relevance]
     sentences = {j: split_sentences(r.event.text) for j, r in enumerate(events)}
+    position = {j: {u.start: n for n, u in enumerate(units)} for j, units in sentences.items()}
     scored = [s for s in score_sentences(question, events) if s.score > 0]
     scored.sort(key=lambda s: (-s.score, s.index, s.span.start))  # ties: the more relevant event, then reading order
     cost: dict[int, int] = {}  # tokens of each event's excerpt so far
     for s in scored:
         units = sentences[s.index]
-        at = next(n for n, u in enumerate(units) if u.start == s.span.start)
+        at = position[s.index][s.span.start]
         lo, hi = units[max(at - radius, 0)], units[min(at + radius, len(units) - 1)]
         i = by_relevance[s.index]
         spans = _merged(reading.passages.get(i, []) + [(lo.start, hi.end)])
         if spans == reading.passages.get(i):
             continue
         r = retrieved[i]
-        text = EXCERPT_GAP.join(readable(r.event.text[a:b]) for a, b in spans)
-        n = tokens_of(text)
+        n = tokens_of(_excerpt_text(r, spans))
         if n >= r.n_tokens or n - cost.get(i, 0) > room:
             continue
         room -= n - cost.get(i, 0)
