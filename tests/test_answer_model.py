@@ -35,3 +35,20 @@ def test_qwen_1_5b_by_name_answers_from_its_own_blocks(shared_store, tmp_path):
 def test_an_unknown_model_name_lists_the_names(shared_store):
     result = runner.invoke(app, ["ask", TEXT_QUESTION, "--store", str(shared_store.store_dir), "--model", "qwen-9b"])
     assert_one_line_error(result, "model file not found: qwen-9b", "smollm2, qwen-1.5b, qwen-0.5b")
+
+
+@needs_1_5b
+@pytest.mark.slow
+def test_qwen_1_5b_rewrites_a_follow_up_with_the_name_it_points_back_to(tmp_path):
+    """The condense step (engine/answer/condense.py) with the default answer model: a pronoun in a follow-up becomes
+    the name the conversation gave it, on a conversation unlike the prompt's worked examples."""
+    from episodic_cli.engine.workspace import Workspace
+
+    ws = Workspace("qwen-1.5b", str(tmp_path / "store"))
+    history = [{"role": "user", "content": "Who founded the guild of glassmakers in Veldra?"},
+               {"role": "assistant", "content": "Ilse Marrow founded it in 1820."}]
+    try:
+        rewritten = ws.condense(history, "Where was she born?")
+        assert "Ilse Marrow" in rewritten and "she" not in rewritten.lower().split(), rewritten
+    finally:
+        ws.close()
