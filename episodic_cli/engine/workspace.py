@@ -48,7 +48,7 @@ from .retrieval.scope import parse as parse_scope
 from .retrieval.scope import resolve as resolve_scope
 from .retrieval.weights import episodic_weights
 from .answer.map_writer import MapProgress, MapWriter
-from .answer.condense import Condenser
+from .answer.condense import Condenser, search_for
 from .prompt import notes_answer_request, overview_request, whole_scope_request
 from .retrieval.question_kind import QuestionKind, classify
 from .retrieval.summary_sources import overview as overview_summaries
@@ -612,12 +612,13 @@ class Workspace:
 
     def condense(self, history: list[dict[str, str]], follow_up: str) -> str:
         """The standalone question a chat follow-up means, written by the answer model from the conversation
-        (condense-question); the follow-up itself when there is no history or the rewrite comes out empty."""
+        (condense-question); the follow-up itself when there is no history. A rewrite that resolved nothing is
+        replaced by the last question and the follow-up together (condense.search_for)."""
         if not history:
             return follow_up
         if self._condenser is None:
             self._condenser = Condenser(self.model, self.threads)
-        return self._condenser.rewrite(history, follow_up) or follow_up
+        return search_for(history, follow_up, self._condenser.rewrite(history, follow_up))
 
     def write_map(self, store: Store, progress: Callable[[MapProgress], None] | None = None,
                   documents: set[str] | None = None, should_stop: Callable[[], bool] | None = None) -> MapProgress:

@@ -5,6 +5,8 @@ asked, with the conversation, and the user sees the rewrite (a drifted rewrite i
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from ..llama.backend import LlamaModel, LlamaSession
@@ -13,6 +15,22 @@ from ..prompt import MAX_QUESTION_CHARS, condense_messages
 CONDENSE_CONTEXT = 2048  # the conversation's last turns and the follow-up; longer turns are cut from the front
 CONDENSE_TOKENS = 64     # a question, not an answer
 TURN_CHARS = 600         # of each earlier turn, the end is what a follow-up refers back to least: keep its start
+
+# Words by which a follow-up points back into the conversation ("does it quote the value?").
+_POINTS_BACK = re.compile(r"\b(?:it|its|he|she|him|her|his|they|them|their|that|this|these|those|there)\b", re.I)
+
+
+def search_for(history: list[dict[str, str]], follow_up: str, rewrite: str) -> str:
+    """What a follow-up is searched as: its rewrite, unless the model wrote none or gave the follow-up back while it
+    still points back. Then the last question asked comes first and the follow-up after it, so that the search holds
+    what "it" names (the glued search `epi chat` used before the rewrite; docs/heldout.md, "Follow-ups")."""
+    def bare(text: str) -> str:
+        return re.sub(r"\W+", " ", text).strip().lower()
+
+    if rewrite and bare(rewrite) != bare(follow_up):
+        return rewrite
+    last = next((m["content"] for m in reversed(history) if m["role"] == "user"), "")
+    return f"{last} {follow_up}".strip() if last and _POINTS_BACK.search(follow_up) else follow_up
 
 
 class Condenser:
