@@ -137,10 +137,12 @@ def plan_parts(document: DocumentRecord, events: list[EventRecord], room: int) -
     return parts
 
 
-def short_name(path: str) -> str:
-    """A document as a summary request names it: its folder and file name, not the whole path."""
-    parts = path.replace(os.sep, "/").rstrip("/").split("/")
-    return "/".join(parts[-2:])
+def short_name(doc: DocumentRecord) -> str:
+    """A document as a summary request names it: a code file with its folder (dotenv/main.py), anything else by its
+    file name alone, since the model takes a folder's name for the book's title (a novel under heldout-docs/ was
+    summarised as a book called "Held Out")."""
+    parts = doc.display_path.replace(os.sep, "/").rstrip("/").split("/")
+    return "/".join(parts[-2:] if doc.kind in CODE_DOCUMENT_KINDS else parts[-1:])
 
 
 def collections(documents: list[DocumentRecord]) -> dict[str, list[DocumentRecord]]:
@@ -254,7 +256,7 @@ class MapWriter:
     def _write_part(self, part: MapPart) -> None:
         """A part (or a chunk of one) from its events' KV blocks, in document order."""
         retrieved = [RetrievedEvent(e, part.document, None, None) for e in part.events]
-        text = self._generate(part_summary_request(part.label, short_name(part.document.display_path),
+        text = self._generate(part_summary_request(part.label, short_name(part.document),
                                                    part.document.kind in CODE_DOCUMENT_KINDS), retrieved)
         if text:
             self._record(PART, part.key, part.label, text, part.document.content_sha256, part.document, part.events,
@@ -274,7 +276,7 @@ class MapWriter:
             summaries = [s for s in (self.shelf.get(c.key) for c in chunks) if s is not None]
             if not summaries:
                 continue
-            text = self._from_summaries(part_summary_request(whole.label, short_name(doc.display_path),
+            text = self._from_summaries(part_summary_request(whole.label, short_name(doc),
                                                              doc.kind in CODE_DOCUMENT_KINDS), doc, summaries)
             if text:
                 self._record(PART, whole.key, whole.label, text, doc.content_sha256, doc, whole.events, whole.n_tokens)
@@ -301,7 +303,7 @@ class MapWriter:
             if not summaries:
                 return False
             summaries = self._fit(summaries)
-            text = self._from_summaries(document_summary_request(short_name(doc.display_path),
+            text = self._from_summaries(document_summary_request(short_name(doc),
                                                                  doc.kind in CODE_DOCUMENT_KINDS),
                                         doc, summaries)
         if not text:
