@@ -10,9 +10,6 @@ QUESTION_ROOM = 768  # positions kept after the sources for the question part (a
 PROMPT_OVERHEAD = 256
 MIN_SOURCE_ROOM = 256  # fewer positions left for sources than this: the question is refused as too long for them
 EVIDENCE_BUDGET = 3072  # tokens of retrieved events an answer reads at most
-# A lookup inside a named chapter, section or page range of at most this many tokens reads all of it, in order: the k
-# best events missed the fact in 3 of 10 such held-out questions (docs/heldout.md, "A named part read whole").
-NAMED_PART_TOKENS = 2 * EVIDENCE_BUDGET
 # A question reading whole events prefills those without a block for the answer model at most this long; the rest
 # are read as passages that match the question, or left out (engine/retrieval/cold_reading.py; docs/heldout.md,
 # "Cold answers").

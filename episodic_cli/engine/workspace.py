@@ -22,9 +22,9 @@ from .answer.short_answer import answer_spans, asks_for_a_fact
 from .answer.text_mode import TextModeAnswerer
 from .ask_options import AskOptions
 from .budgets import (ANSWER_CONTEXT, ANSWER_TOKENS, EVIDENCE_BUDGET, LAYER_BUDGET, LAYERED_ANCHOR_TOKENS,
-                      LAYERED_POOL_K, MAX_POOL, MIN_SOURCE_ROOM, NAMED_PART_TOKENS, NOTE_TOKENS,
-                      NOTES_CHUNK_TOKENS, OVERVIEW_CHARS, PROMPT_OVERHEAD, QUESTION_ROOM, RELINK_TOKENS,
-                      SUMMARY_TOKENS, WARM_RUN_TOKENS, WHOLE_ANSWER_TOKENS, WHOLE_CONTEXT)
+                      LAYERED_POOL_K, MAX_POOL, MIN_SOURCE_ROOM, NOTE_TOKENS, NOTES_CHUNK_TOKENS, OVERVIEW_CHARS,
+                      PROMPT_OVERHEAD, QUESTION_ROOM, RELINK_TOKENS, SUMMARY_TOKENS, WARM_RUN_TOKENS,
+                      WHOLE_ANSWER_TOKENS, WHOLE_CONTEXT)
 from .documents.structure import describe as describe_section
 from .embed.embedder import EMBED_DIM, EMBEDDER_NAME, KNOWN_NAMES, Embedder
 from .embed.reembed import ReembedProgress, reembed
@@ -483,8 +483,6 @@ class Workspace:
         room = min(EVIDENCE_BUDGET, self.room_beside(question, history))
         retrieved = relevance_order(self.retrieve(store, search, k, neighbours, scope=scope,  # the order read
                                                   token_budget=min(LAYERED_ANCHOR_TOKENS, room) if layered else room))
-        if not layered:
-            retrieved = self._named_part_whole(store, scope, retrieved, question, history) or retrieved
         anchors = {r.event.id for r in retrieved}
         if layered:  # a pool of whole blocks; each layer picks its own (narrowing would leave no blocks to pick)
             retrieved = self.pool(store, search, k, neighbours, scope)
@@ -523,27 +521,6 @@ class Workspace:
                                  max_tokens=capped(ANSWER_TOKENS, options.answer_tokens), should_stop=should_stop,
                                  weights=weights, spans=spans, lead_spans=lead_spans or None, **cold)
         return result, self._timing_cold(stream, answerer)
-
-    def _named_part_whole(self, store: Store, scope: Restriction, hits: list[RetrievedEvent], question: str,
-                          history: list[dict[str, str]] | None) -> list[RetrievedEvent] | None:
-        """What a lookup read, plus the rest of the chapter, section or page range it names, in document order, when
-        that fits in NAMED_PART_TOKENS and the room the question leaves; None when nothing is missing or it does not
-        fit. The hits keep their scores and ranks, so evidence and citations treat them as what the question found."""
-        if not scope.places or not scope.allowed:
-            return None
-        found = {r.event.id for r in hits}
-        missing = [e for e in store.get_events(sorted(scope.allowed), []) if e.id not in found]
-        room = min(NAMED_PART_TOKENS, self.room_beside(question, history))
-        if not missing or sum(r.n_tokens for r in hits) + sum(e.token_end - e.token_start for e in missing) > room:
-            return None
-        docs = {r.document.id: r.document for r in hits}
-        read = list(hits)
-        for e in missing:
-            doc = docs.get(e.document_id) or docs.setdefault(e.document_id, store.get_document(e.document_id))
-            added = RetrievedEvent(e, doc, None, None)
-            added.cited_section = scope.cited_section(added.section)
-            read.append(added)
-        return sorted(read, key=lambda r: (r.document.display_path, r.event.ordinal))
 
     def _asked_tokens(self, question: str, history: list[dict[str, str]] | None) -> int:
         """Tokens of the question and the chat history the model reads besides the sources."""
