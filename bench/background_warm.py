@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,6 +29,7 @@ from pathlib import Path
 from ingest_default import fresh_home, run
 from ingest_throughput import bare_prefill_rate, haystack
 
+from episodic_cli.background import job_status
 from episodic_cli.store.job_status import RUNNING_PHASES
 
 ROWS = ("two", "one", "background")
@@ -41,13 +41,13 @@ def ask(epi: list[str], store: Path, question: str, env: dict) -> tuple[float, d
     return seconds, json.loads(out)
 
 
-def wait_for_job(epi: list[str], store: Path, env: dict) -> dict:
+def wait_for_job(store: Path) -> dict | None:
+    """The job's status once it has stopped running, read in this process from its status file each second (what
+    `epi warm --status` reports, without starting a Python process beside the job every second)."""
     while True:
-        out = subprocess.run([*epi, "warm", "--status", "--store", str(store), "--json"], env=env,
-                             capture_output=True, text=True).stdout
-        job = json.loads(out)["background_job"]
-        if job is None or job["phase"] not in RUNNING_PHASES:
-            return job
+        job = job_status(store)
+        if job is None or job.phase not in RUNNING_PHASES:
+            return None if job is None else job.as_json()
         time.sleep(1.0)
 
 
@@ -56,7 +56,7 @@ def timed_background(epi: list[str], store: Path, doc: Path, question: str, env:
     t0 = time.perf_counter()
     t_read, _, _ = run([*epi, "ingest", str(doc), "--store", str(store), "--no-map", "--background", "--json"], env)
     t_cold, cold = ask(epi, store, question, env)
-    job = wait_for_job(epi, store, env)
+    job = wait_for_job(store)
     t_done = time.perf_counter() - t0
     t_hot, hot = ask(epi, store, question, env)
     return {"ingest_returns_s": round(t_read, 1), "cold_ask_s": round(t_cold, 1),
@@ -84,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="time the bare prefill on the text's first N tokens only (each 2,048-token window is prefilled "
                     "from an empty cache, so every window costs the same) and scale it to the whole; default: all")
     args = ap.parse_args(argv)
+    if args.chars < 10_000 or (args.bare_tokens is not None and args.bare_tokens < 2048):
+        ap.error("the bare prefill is timed in whole 2,048-token windows: give --chars 10000 or more (~2.3k tokens) "
+                 "and --bare-tokens 2048 or more")
     from episodic_cli.engine.llama.models import answer_model
     from episodic_cli.engine.workspace import Workspace
 
