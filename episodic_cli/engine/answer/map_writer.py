@@ -138,7 +138,7 @@ def plan_parts(document: DocumentRecord, events: list[EventRecord], room: int) -
 
 
 def short_name(doc: DocumentRecord) -> str:
-    """A document as a summary request names it: a code file with its folder (dotenv/main.py), anything else by its
+    """A document as a summary request names it: a code file with its folder (src/util.py), anything else by its
     file name alone, since the model takes a folder's name for the book's title (a novel under heldout-docs/ was
     summarised as a book called "Held Out")."""
     parts = doc.display_path.replace(os.sep, "/").rstrip("/").split("/")
