@@ -40,7 +40,8 @@ def ensure_store(store: Path, documents: list[str], model: str) -> None:
 
 
 def ask(ws: Workspace, st: Store, question: str, history: list[dict] | None, search: str | None,
-        kind: QuestionKind | None, max_tokens: int | None, method: str) -> dict:
+        kind: QuestionKind | None, max_tokens: int | None, method: str,
+        mode: str | None = None) -> dict:
     t0 = time.perf_counter()
     holder: dict = {}
 
@@ -48,7 +49,7 @@ def ask(ws: Workspace, st: Store, question: str, history: list[dict] | None, sea
         r = holder.get("result")
         return bool(max_tokens and r is not None and len(r.answer.text) > 4 * max_tokens)
 
-    options = AskOptions(kind=kind, cold_seconds=None, whole_method=method)
+    options = AskOptions(kind=kind, mode=mode, cold_seconds=None, whole_method=method)
     result, stream = ws.ask(st, question, options, history=history, search=search, should_stop=stop)
     holder["result"] = result
     for _ in stream:
@@ -72,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-tokens", type=int, default=None, help="cut answers after about this many tokens")
     ap.add_argument("--whole-method", choices=["read", "notes"], default="read",
                     help="how a part is read whole: at once, or notes on each chunk and then the answer")
+    ap.add_argument("--mode", choices=["kv", "text"], default=None,
+                    help="kv: read from the stored blocks (the default when there are any); text: re-read the text "
+                         "in one pass (every token sees what came before it in the part, at prefill's cost)")
     ap.add_argument("--qids", nargs="*", default=None, help="only these questions")
     ap.add_argument("--tag", required=True)
     ap.add_argument("--threads", type=int, default=None)
@@ -103,24 +107,25 @@ def main(argv: list[str] | None = None) -> int:
                     else:
                         search = (ws.condense(history, earlier) if args.followups == "rewrite" else
                                   (history[-2]["content"] + " " + earlier if history else None)) if history else None
-                        answer_text = ask(ws, st, earlier, history[-4:], search, kind, args.max_tokens, method)["answer"]
+                        answer_text = ask(ws, st, earlier, history[-4:], search, kind, args.max_tokens, method, args.mode)["answer"]
                     history += [{"role": "user", "content": earlier}, {"role": "assistant", "content": answer_text}]
                 if history:
                     last_q = history[-2]["content"]
                     search = ws.condense(history[-4:], q["question"]) if args.followups == "rewrite" else \
                         f"{last_q} {q['question']}"
-                    row.update(ask(ws, st, q["question"], history[-4:], search, kind, args.max_tokens, method))
+                    row.update(ask(ws, st, q["question"], history[-4:], search, kind, args.max_tokens, method, args.mode))
                     if q.get("standalone"):
-                        row["standalone_result"] = ask(ws, st, q["standalone"], None, None, kind, args.max_tokens, method)
+                        row["standalone_result"] = ask(ws, st, q["standalone"], None, None, kind, args.max_tokens, method, args.mode)
                 else:
-                    row.update(ask(ws, st, q["question"], None, None, kind, args.max_tokens, method))
+                    row.update(ask(ws, st, q["question"], None, None, kind, args.max_tokens, method, args.mode))
                 rows.append(row)
                 print(f"  {row['qid']:<14} {row['kind']:<12} {row['first_token_s']:6.1f}s  {row['read'] or ''}\n"
                       f"      {row['answer'][:300]!r}", flush=True)
         ws.close()
     out = HERE / "results" / f"whole-{args.tag}.json"
     out.write_text(json.dumps({"tag": args.tag, "read": args.read, "followups": args.followups,
-                               "whole_method": args.whole_method, "rows": rows},
+                               "whole_method": args.whole_method, "mode": args.mode,
+                               "rows": rows},
                               indent=1, ensure_ascii=False) + "\n")
     md = [f"# Whole-scope held-out answers: {args.tag}\n"]
     for r in rows:
