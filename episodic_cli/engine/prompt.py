@@ -143,7 +143,11 @@ def notes_answer_request(question: str, described: str, code: bool) -> str:
             "them.)")
 
 
-def overview_request(question: str) -> str:
+def overview_request(question: str, every_part: bool = False) -> str:
+    if every_part:
+        return (f"{question}\n\n(The sources are summaries of the documents and then of their parts, in order. "
+                "Answer part by part, in order, one short line for each, naming the part as its summary is labelled "
+                "and using the names exactly as the summaries write them.)")
     return (f"{question}\n\n(The sources are summaries of the documents and of their parts, the most general first. "
             "Answer from them in a few sentences, using the names exactly as they write them.)")
 

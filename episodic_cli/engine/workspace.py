@@ -50,7 +50,7 @@ from .retrieval.weights import episodic_weights
 from .answer.map_writer import MapProgress, MapWriter
 from .answer.condense import Condenser, search_for
 from .prompt import notes_answer_request, overview_request, whole_scope_request
-from .retrieval.question_kind import QuestionKind, classify
+from .retrieval.question_kind import QuestionKind, asks_each_part, classify
 from .retrieval.summary_sources import overview as overview_summaries
 from .retrieval.summary_sources import summary_sources
 from .retrieval.whole_scope import enclosing, read_scope
@@ -588,7 +588,9 @@ class Workspace:
                       "`epi map` writes the summaries such questions read")
             return None
         doc_ids = set(documents_matching(store, options.docs)) if options.docs else None
-        chosen = overview_summaries(store, self.embedder.embed_query(search), search, OVERVIEW_CHARS, doc_ids)
+        every_part = asks_each_part(search)
+        chosen = overview_summaries(store, self.embedder.embed_query(search), search, OVERVIEW_CHARS, doc_ids,
+                                    every_part)
         if not chosen:
             return None
         retrieved = summary_sources(store, chosen)
@@ -601,7 +603,7 @@ class Workspace:
         result = AskResult(question, options.mode, retrieved, answer, scope, kind=QuestionKind.OVERVIEW,
                            reading=reading, search=search if search != question else None)
         answerer = self.answerer(options.mode, store, whole=True)
-        stream = answerer.stream(overview_request(question), retrieved, history, started, answer,
+        stream = answerer.stream(overview_request(question, every_part), retrieved, history, started, answer,
                                  max_tokens=capped(WHOLE_ANSWER_TOKENS, options.answer_tokens),
                                  should_stop=should_stop)
         return result, self._timing_cold(stream, answerer)

@@ -5,6 +5,8 @@
   "what does the cache module do", "how does Cache.get work"): that part read whole, in document order;
 - `overview`: a question about a document or the archive as a whole with no part named ("what is this book about",
   "what does this library do", "who are the main characters"): the map's summaries (engine/answer/map_writer.py);
+  A question about every part in turn ("what does each chapter cover", "which module does what") is an overview
+  too: it reads every part's summary in document order (`asks_each_part`);
 - `explain`: asked as a whole but with no part named ("how does it decide whether to store a value in a file?",
   "explain how retries back off"): found like a lookup, then the definitions or sections its best passages sit in
   are read whole (engine/retrieval/whole_scope.py, `enclosing`).
@@ -63,13 +65,36 @@ _OVERVIEW_RE = re.compile(
     re.I)
 
 
+# Every part in turn, none named: "what does each chapter cover", "what is each module of this package for",
+# "a one-line summary of every chapter", "which module does what", "go through the sections one by one". The part
+# is the question's subject, not an object ("what does bzip2 do with each file?" stays a lookup).
+_PARTS = r"(?:chapters?|sections?|parts?|modules?|files?|source\s+files?)"
+_EACH_PART_RE = re.compile(
+    rf"\b(?:each|every)\s+(?:one\s+of\s+the\s+)?{_PARTS}\s+(?:of|in)\s+{_WHOLE_THING}\b"
+    rf"|\b(?:each|every)\s+{_PARTS}\s+(?:is|are|does|do|covers?|contains?|holds?|says?|describes?|deals?|"
+    r"handles?|means?|provides?|offers?)\b"
+    rf"|\bwhat(?:'s|\s+is|\s+happens|\s+goes\s+on)\s+in\s+(?:each|every)\s+{_PARTS}\b"
+    rf"|\b(?:summar\w*|describe|explain|outline|tell\s+me\s+about|go\s+through|walk\s+(?:me\s+)?through)\s+(?:of\s+)?(?:each|every|all)\s+"
+    rf"(?:of\s+)?(?:the\s+)?{_PARTS}\b"
+    rf"|\b{_PARTS}\s+(?:one\s+by\s+one|in\s+turn)\b"
+    r"|\b(?:chapter|section|module|file|part)\s+by\s+(?:chapter|section|module|file|part)\b"
+    rf"|\bwhich\s+{_PARTS}\s+(?:does|do|is|are)\s+what\b"
+    rf"|\blist\s+(?:all\s+)?(?:of\s+)?the\s+{_PARTS}\b(?!\s+(?:that|which|where|whose|with|without|named))",
+    re.I)
+
+
+def asks_each_part(question: str) -> bool:
+    """Whether `question` asks about every part of a document in turn (with no part named: see classify)."""
+    return bool(_EACH_PART_RE.search(question))
+
+
 def classify(question: str, scope: Scope | None = None) -> QuestionKind:
     """The kind of `question` (its parsed scope may be passed in when already at hand)."""
     scope = scope or parse(question)
     names_part = scope.structural or bool(scope.files) or bool(scope.symbols)
     if names_part and _WHOLE_RE.search(question):
         return QuestionKind.WHOLE
-    if not scope.structural and not scope.files and _OVERVIEW_RE.search(question):
+    if not scope.structural and not scope.files and (_OVERVIEW_RE.search(question) or asks_each_part(question)):
         return QuestionKind.OVERVIEW
     if not names_part and _WHOLE_RE.search(question):
         return QuestionKind.EXPLAIN

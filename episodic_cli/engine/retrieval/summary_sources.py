@@ -41,12 +41,16 @@ def summary_sources(store: Store, summaries: list[SummaryRecord]) -> list[Retrie
 
 
 def overview(store: Store, query: np.ndarray, question: str, char_budget: int,
-             document_ids: set[int] | None = None) -> list[SummaryRecord]:
+             document_ids: set[int] | None = None, every_part: bool = False) -> list[SummaryRecord]:
     """What an overview question reads, most general first and within `char_budget` characters of summary text:
     the collections' and documents' summaries (all when they fit, else the most similar to the question), then the
-    parts' summaries most similar to the question while room is left. `document_ids`: only these documents'."""
+    parts' summaries most similar to the question while room is left. `document_ids`: only these documents'.
+    `every_part` (a question about each part in turn): the documents' and then all their parts' summaries, each
+    level in document order, as far as the budget goes."""
     shelf = store.summaries()
-    fresh = {d.id: d.content_sha256 for d in store.documents()}
+    documents = store.documents()
+    fresh = {d.id: d.content_sha256 for d in documents}
+    path_of = {d.id: d.display_path for d in documents}
 
     def usable(s: SummaryRecord) -> bool:
         if s.document_id is None:
@@ -61,9 +65,12 @@ def overview(store: Store, query: np.ndarray, question: str, char_budget: int,
         fuse([shelf.search_dense(query, 200), shelf.search_lexical(question, 200)]))}
     for level in (COLLECTION, DOCUMENT, PART):
         items = [s for s in shelf.all(level) if usable(s)]
-        if level == PART:
-            items = [s for s in items if s.id in ranked]
-        items.sort(key=lambda s: ranked.get(s.id, len(ranked)))
+        if every_part:
+            items.sort(key=lambda s: (path_of.get(s.document_id, ""), s.first_ordinal or 0, s.id or 0))
+        else:
+            if level == PART:
+                items = [s for s in items if s.id in ranked]
+            items.sort(key=lambda s: ranked.get(s.id, len(ranked)))
         for s in items:
             if s.text in seen:  # a one-part document: its summary is its part's
                 continue
