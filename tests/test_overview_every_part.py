@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from episodic_cli.engine.retrieval.question_kind import QuestionKind, asks_each_part, classify
-from episodic_cli.engine.retrieval.scope import parse
+from episodic_cli.engine.retrieval.scope import package_globs, parse
 from episodic_cli.engine.retrieval.summary_sources import overview
 from episodic_cli.store import Store
 from episodic_cli.store.summaries import DOCUMENT, PART, SummaryRecord, document_key, part_key
@@ -23,6 +23,8 @@ from test_store import IDENTITY, make_doc, unit
     "Go through the chapters one by one.",
     "Tell me about each chapter.",
     "List the chapters and what happens in them.",
+    "What happens in each of the first six chapters?",
+    "What is in every file of the tenacity package?",  # a package named: its files' summaries
 ])
 def test_each_part_in_turn_reads_the_map(question):
     assert asks_each_part(question) and classify(question) is QuestionKind.OVERVIEW
@@ -32,10 +34,19 @@ def test_each_part_in_turn_reads_the_map(question):
     ("What does bzip2 do with each file?", QuestionKind.LOOKUP),  # the files are the object, not the subject
     ("List the files that import os.", QuestionKind.LOOKUP),
     ("Does every file need a licence header?", QuestionKind.LOOKUP),
+    ("What does bzip2 do with each of the files?", QuestionKind.LOOKUP),
     ("Summarise each section of chapter 3.", QuestionKind.WHOLE),  # a part is named: read it whole
 ])
 def test_parts_that_are_not_asked_about_in_turn(question, kind):
     assert classify(question) is kind
+
+
+def test_a_named_package_stands_for_every_file_under_it():
+    import fnmatch
+
+    globs = package_globs(parse("What is in every file of the tenacity package?").files)
+    assert any(fnmatch.fnmatchcase("tenacity/asyncio/retry.py", g) for g in globs)
+    assert not any(fnmatch.fnmatchcase("dotenv/main.py", g) for g in globs)
 
 
 def test_one_by_one_names_no_chapter_one():

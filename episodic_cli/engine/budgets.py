@@ -37,6 +37,10 @@ POOL_TOKENS_RANGE = (LAYER_BUDGET + LAYER_BUDGET // 3, 48_000)
 # decode speed at 8k/16k/24k: docs/benchmarks.md, "Answer context".
 WHOLE_CONTEXT = 16384
 WHOLE_ANSWER_TOKENS = 384
+# A question about each part in turn ("what does each chapter cover?") is answered a short line a part: room for this
+# many tokens a part summary read, from WHOLE_ANSWER_TOKENS up to the cap (about two minutes of decoding on 2 cores).
+EVERY_PART_LINE_TOKENS = 24
+EVERY_PART_ANSWER_TOKENS = 1024
 # How a part is read whole: "read" (at once) or "notes" (map-reduce: notes on chunks of NOTES_CHUNK_TOKENS, each at
 # most NOTE_TOKENS long, then the answer from the notes; engine/answer/notes.py). Chunk and note sizes were set
 # before any run: half a lookup's evidence budget, and a note of a few sentences (docs/heldout.md).

@@ -21,8 +21,8 @@ from .answer.records import Answer
 from .answer.short_answer import answer_spans, asks_for_a_fact
 from .answer.text_mode import TextModeAnswerer
 from .ask_options import AskOptions
-from .budgets import (ANSWER_CONTEXT, ANSWER_TOKENS, EVIDENCE_BUDGET, LAYER_BUDGET, LAYERED_ANCHOR_TOKENS,
-                      LAYERED_POOL_K, MAX_POOL, MIN_SOURCE_ROOM, NOTE_TOKENS, NOTES_CHUNK_TOKENS, OVERVIEW_CHARS,
+from .budgets import (ANSWER_CONTEXT, ANSWER_TOKENS, EVERY_PART_ANSWER_TOKENS, EVERY_PART_LINE_TOKENS,
+                      EVIDENCE_BUDGET, LAYER_BUDGET, LAYERED_ANCHOR_TOKENS, LAYERED_POOL_K, MAX_POOL, MIN_SOURCE_ROOM, NOTE_TOKENS, NOTES_CHUNK_TOKENS, OVERVIEW_CHARS,
                       PROMPT_OVERHEAD, QUESTION_ROOM, RELINK_TOKENS, SUMMARY_TOKENS, WARM_RUN_TOKENS,
                       WHOLE_ANSWER_TOKENS, WHOLE_CONTEXT)
 from .documents.structure import describe as describe_section
@@ -43,7 +43,7 @@ from .retrieval.evidence import SentenceSupport, Support, readable, support, sup
 from .retrieval import cold_reading
 from .retrieval.evidence import narrow as evidence_narrow
 from .retrieval.retrieve import RetrievedEvent, relevance_order, retrieve
-from .retrieval.scope import Restriction, documents_matching
+from .retrieval.scope import Restriction, documents_matching, package_globs
 from .retrieval.scope import parse as parse_scope
 from .retrieval.scope import resolve as resolve_scope
 from .retrieval.weights import episodic_weights
@@ -589,6 +589,10 @@ class Workspace:
             return None
         doc_ids = set(documents_matching(store, options.docs)) if options.docs else None
         every_part = asks_each_part(search)
+        named = package_globs(parse_scope(search).files) if every_part else []
+        if named:  # "every file of the tenacity package": that package's files only
+            in_named = set(documents_matching(store, named))
+            doc_ids = in_named if doc_ids is None else doc_ids & in_named
         chosen = overview_summaries(store, self.embedder.embed_query(search), search, OVERVIEW_CHARS, doc_ids,
                                     every_part)
         if not chosen:
@@ -603,8 +607,11 @@ class Workspace:
         result = AskResult(question, options.mode, retrieved, answer, scope, kind=QuestionKind.OVERVIEW,
                            reading=reading, search=search if search != question else None)
         answerer = self.answerer(options.mode, store, whole=True)
+        # A line for each part: room for about EVERY_PART_LINE_TOKENS a part read, up to EVERY_PART_ANSWER_TOKENS.
+        limit = min(max(WHOLE_ANSWER_TOKENS, EVERY_PART_LINE_TOKENS * len(chosen)), EVERY_PART_ANSWER_TOKENS) \
+            if every_part else WHOLE_ANSWER_TOKENS
         stream = answerer.stream(overview_request(question, every_part), retrieved, history, started, answer,
-                                 max_tokens=capped(WHOLE_ANSWER_TOKENS, options.answer_tokens),
+                                 max_tokens=capped(limit, options.answer_tokens),
                                  should_stop=should_stop)
         return result, self._timing_cold(stream, answerer)
 

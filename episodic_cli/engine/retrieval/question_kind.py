@@ -69,13 +69,17 @@ _OVERVIEW_RE = re.compile(
 # "a one-line summary of every chapter", "which module does what", "go through the sections one by one". The part
 # is the question's subject, not an object ("what does bzip2 do with each file?" stays a lookup).
 _PARTS = r"(?:chapters?|sections?|parts?|modules?|files?|source\s+files?)"
+# "each chapter", "every one of the modules", "each of the first six chapters"
+_EACH = r"(?:each|every)\s+(?:(?:one\s+)?of\s+(?:the|its|these)\s+(?:(?:first|last|next)\s+\w+\s+)?)?"
+# "the book", "this package", and with a name between: "the tenacity package"
+_NAMED_WHOLE = _WHOLE_THING.replace(r"\s+(?:whole\s+|entire\s+)?", r"\s+(?:whole\s+|entire\s+|[\w.-]+\s+)?", 1)
 _EACH_PART_RE = re.compile(
-    rf"\b(?:each|every)\s+(?:one\s+of\s+the\s+)?{_PARTS}\s+(?:of|in)\s+{_WHOLE_THING}\b"
-    rf"|\b(?:each|every)\s+{_PARTS}\s+(?:is|are|does|do|covers?|contains?|holds?|says?|describes?|deals?|"
+    rf"\b{_EACH}{_PARTS}\s+(?:of|in)\s+{_NAMED_WHOLE}\b"
+    rf"|\b{_EACH}{_PARTS}\s+(?:is|are|does|do|covers?|contains?|holds?|says?|describes?|deals?|"
     r"handles?|means?|provides?|offers?)\b"
-    rf"|\bwhat(?:'s|\s+is|\s+happens|\s+goes\s+on)\s+in\s+(?:each|every)\s+{_PARTS}\b"
-    rf"|\b(?:summar\w*|describe|explain|outline|tell\s+me\s+about|go\s+through|walk\s+(?:me\s+)?through)\s+(?:of\s+)?(?:each|every|all)\s+"
-    rf"(?:of\s+)?(?:the\s+)?{_PARTS}\b"
+    rf"|\bwhat(?:'s|\s+is|\s+happens|\s+goes\s+on)\s+in\s+{_EACH}{_PARTS}\b"
+    rf"|\b(?:summar\w*|describe|explain|outline|tell\s+me\s+about|go\s+through|walk\s+(?:me\s+)?through)\s+(?:of\s+)?"
+    rf"(?:{_EACH}|all\s+(?:of\s+)?(?:the\s+)?){_PARTS}\b"
     rf"|\b{_PARTS}\s+(?:one\s+by\s+one|in\s+turn)\b"
     r"|\b(?:chapter|section|module|file|part)\s+by\s+(?:chapter|section|module|file|part)\b"
     rf"|\bwhich\s+{_PARTS}\s+(?:does|do|is|are)\s+what\b"
@@ -91,10 +95,12 @@ def asks_each_part(question: str) -> bool:
 def classify(question: str, scope: Scope | None = None) -> QuestionKind:
     """The kind of `question` (its parsed scope may be passed in when already at hand)."""
     scope = scope or parse(question)
+    if not scope.structural and asks_each_part(question):  # "every file of the tenacity package": its files' map
+        return QuestionKind.OVERVIEW
     names_part = scope.structural or bool(scope.files) or bool(scope.symbols)
     if names_part and _WHOLE_RE.search(question):
         return QuestionKind.WHOLE
-    if not scope.structural and not scope.files and (_OVERVIEW_RE.search(question) or asks_each_part(question)):
+    if not scope.structural and not scope.files and _OVERVIEW_RE.search(question):
         return QuestionKind.OVERVIEW
     if not names_part and _WHOLE_RE.search(question):
         return QuestionKind.EXPLAIN

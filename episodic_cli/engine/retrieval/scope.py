@@ -182,6 +182,16 @@ class Restriction:
         return section
 
 
+def package_globs(files: list[str]) -> list[str]:
+    """`files` globs (Scope.files) with every file under a named package added: "tenacity/__init__.py" also matches
+    "tenacity/*", for a question about each file of the package."""
+    out = list(files)
+    for f in files:
+        if f.endswith("/__init__.py"):
+            out.append(f[: -len("__init__.py")] + "*")
+    return out
+
+
 def documents_matching(store: Store, globs: list[str]) -> dict[int, str]:
     """id -> display path of the documents a glob matches: the whole display path, its file name, or the end of its
     path ("src/*.py" matches "project/src/a.py"); a plain name matches that file in any folder. A name holding a
