@@ -152,14 +152,10 @@ def overview_request(question: str, every_part: bool = False) -> str:
             "Answer from them in a few sentences, using the names exactly as they write them.)")
 
 
-def part_summary_request(label: str, document: str, code: bool, definitions: list[str] | None = None) -> str:
-    """`definitions`: a code file's top-level definitions in order ("class Retrying", "def retry"), listed so that the
-    summary names what the file defines rather than what such files usually hold."""
+def part_summary_request(label: str, document: str, code: bool) -> str:
     if code:
-        listed = (f" Its top-level definitions, in order: {', '.join(definitions)}. Name only what the file "
-                  "defines or uses.") if definitions else ""
         return (f"Summarise the source file {document} above in 2-4 sentences: what it is for, its main classes and "
-                f"functions, and how they work together. Use the names exactly as written.{listed}")
+                "functions, and how they work together. Use the names exactly as written.")
     return (f"Summarise {label} of {document} above in 3-5 sentences: who or what it is about and what happens or "
             "what it explains, in order. Name the people, places and things exactly as the text does.")
 

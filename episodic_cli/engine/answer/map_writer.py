@@ -23,7 +23,7 @@ from ...store import DocumentRecord, EventRecord, Store
 from ...store.summaries import (COLLECTION, DOCUMENT, PART, SummaryRecord, collection_key, collection_sha,
                                 document_key, part_key)
 from ..budgets import MAP_PART_TOKENS, SUMMARY_TOKENS
-from ..documents.structure import CODE_KINDS, all_paths, decode as decode_section, describe_node
+from ..documents.structure import CODE_KINDS, decode as decode_section, describe_node
 from ..prompt import collection_summary_request, document_summary_request, part_summary_request
 from ..retrieval.retrieve import RetrievedEvent
 from .kv_mode import KVModeAnswerer
@@ -31,18 +31,6 @@ from .records import Answer
 from ..retrieval.summary_sources import summary_event
 
 CODE_DOCUMENT_KINDS = frozenset({"code"})
-# A code part's summary is told the file's top-level definitions, at most this many (about 200 tokens of names).
-MAX_LISTED_DEFINITIONS = 40
-
-
-def top_definitions(events: list[EventRecord]) -> list[str]:
-    """The top-level definitions `events` hold, in order of first appearance: "class Retrying", "def retry"."""
-    seen: dict[str, None] = {}
-    for e in events:
-        for path in all_paths(decode_section(e.section)):
-            if path[0][0] in CODE_KINDS:
-                seen.setdefault(describe_node(path[0]), None)
-    return list(seen)[:MAX_LISTED_DEFINITIONS]
 
 
 @dataclass
@@ -268,9 +256,8 @@ class MapWriter:
     def _write_part(self, part: MapPart) -> None:
         """A part (or a chunk of one) from its events' KV blocks, in document order."""
         retrieved = [RetrievedEvent(e, part.document, None, None) for e in part.events]
-        code = part.document.kind in CODE_DOCUMENT_KINDS
-        text = self._generate(part_summary_request(part.label, short_name(part.document), code,
-                                                   top_definitions(part.events) if code else None), retrieved)
+        text = self._generate(part_summary_request(part.label, short_name(part.document),
+                                                   part.document.kind in CODE_DOCUMENT_KINDS), retrieved)
         if text:
             self._record(PART, part.key, part.label, text, part.document.content_sha256, part.document, part.events,
                          part.n_tokens)
@@ -289,10 +276,8 @@ class MapWriter:
             summaries = [s for s in (self.shelf.get(c.key) for c in chunks) if s is not None]
             if not summaries:
                 continue
-            code = doc.kind in CODE_DOCUMENT_KINDS
-            text = self._from_summaries(part_summary_request(whole.label, short_name(doc), code,
-                                                             top_definitions(whole.events) if code else None),
-                                        doc, summaries)
+            text = self._from_summaries(part_summary_request(whole.label, short_name(doc),
+                                                             doc.kind in CODE_DOCUMENT_KINDS), doc, summaries)
             if text:
                 self._record(PART, whole.key, whole.label, text, doc.content_sha256, doc, whole.events, whole.n_tokens)
                 state.written += 1
