@@ -183,8 +183,8 @@ class Restriction:
 
 
 def package_globs(files: list[str]) -> list[str]:
-    """`files` globs (Scope.files) with every file under a named package added: "tenacity/__init__.py" also matches
-    "tenacity/*", for a question about each file of the package."""
+    """`files` globs (Scope.files) with every file under a named package added: "cache/__init__.py" also matches
+    "cache/*", for a question about each file of the package."""
     out = list(files)
     for f in files:
         if f.endswith("/__init__.py"):
