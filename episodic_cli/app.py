@@ -270,7 +270,8 @@ def ask(
     12", "in utils.py", "what does Cache.get return") is answered from that part of the archive. Asked about such a
     part as a whole ("summarise chapter 10", "who betrayed whom in chapter 3", "what does the cache module do"), it
     reads the whole part from its KV blocks; asked about a document or the archive as a whole ("what is this book
-    about", "what does this library do"), it reads the map's summaries (`epi map`). `--read` overrides the choice.
+    about", "what does this library do") or about each part in turn ("what does each chapter cover"), it reads the
+    map's summaries (`epi map`). `--read` overrides the choice.
 
     Example:  epi ask "what does the retry policy default to?" -k 5 --doc 'src/*.py'
     """
