@@ -551,7 +551,8 @@ class Archive:
         (question, answer) pairs or {"role", "content"} dicts): the question is then a follow-up, rewritten into
         the standalone question it means for retrieval. More options, as `epi ask` names them: mode ("kv",
         "text"), neighbours, narrow, short, layered, pool, epman, cold_seconds, should_stop; and `answer_tokens`, the
-        most tokens the answer may take (fewer than the default 256, or 384 for a part read whole, cuts it short)."""
+        most tokens the answer may take (fewer than the default 256, 384 for a part read whole, or up to 1,024 for
+        a question about each part in turn, cuts it short)."""
         answer = None
         for piece in self.ask_stream(question, k=k, doc=doc, read=read, history=history, **options):
             if isinstance(piece, Answer):

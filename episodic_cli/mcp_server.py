@@ -381,7 +381,7 @@ def build_server(engine: Engine, name: str = "epi") -> EpiServer:
         map's summaries of documents (questions about a whole book or codebase); `auto` chooses from the question.
         `doc`: only documents matching this glob. `k`: passages found by similarity (1-50). `answer_tokens`: the
         most tokens the answer may take, for a shorter answer sooner (default and most: 256, 384 reading a whole
-        part or the map)."""
+        part or the map, up to 1,024 for a question about each part in turn)."""
         k = max(1, min(int(k), MAX_K))
         cap = None if answer_tokens is None else max(1, int(answer_tokens))
         answer = await engine.ask(ctx, question, doc=doc or None, read=read, k=k, answer_tokens=cap)
