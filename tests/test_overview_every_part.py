@@ -75,7 +75,8 @@ def test_every_part_comes_in_document_order_within_the_budget(tmp_path):
     assert [s.label for s in every] == ["book.txt", "ch. 1", "ch. 2", "ch. 3"]
     best = overview(st, query, "what happens in chapter 2", 10_000)
     assert [s.label for s in best][:2] == ["book.txt", "ch. 2"]
-    room = len("A book in three parts.") + len("book.txt") + 8 + 2 * (len("What happens in chapter 1.") + len("ch. 1") + 8)
+    room = len("A book in three parts.") + len("book.txt") + 8 \
+        + 2 * (len("What happens in chapter 1.") + len("ch. 1") + 8)  # the document and two chapters
     cut = overview(st, query, "what does each chapter cover", room, every_part=True)
     assert [s.label for s in cut] == ["book.txt", "ch. 1", "ch. 2"]
     st.close()

@@ -593,8 +593,8 @@ class Workspace:
         if named:  # "every file of the tenacity package": that package's files only
             in_named = set(documents_matching(store, named))
             doc_ids = in_named if doc_ids is None else doc_ids & in_named
-        chosen = overview_summaries(store, self.embedder.embed_query(search), search, OVERVIEW_CHARS, doc_ids,
-                                    every_part)
+        query = None if every_part else self.embedder.embed_query(search)  # every part is read: nothing to rank
+        chosen = overview_summaries(store, query, search, OVERVIEW_CHARS, doc_ids, every_part)
         if not chosen:
             return None
         retrieved = summary_sources(store, chosen)

@@ -38,7 +38,8 @@ LAST_CHAPTER = "last"
 _PART_RE = re.compile(rf"\b(?:part|book)\s+(?P<num>{NUMBER_ALT})\b", re.I)
 _APPENDIX_RE = re.compile(rf"\bappendix\s+(?P<num>{NUMBER_ALT}|[A-Z])\b", re.I)
 _SECTION_RE = re.compile(r"(?:\b(?:sections?|sect\.|sec\.)\s*|§\s*)(?P<num>\d{1,3}(?:\.\d{1,3})*)\b"
-                         rf"|\bsections?\s+(?P<word>{'|'.join(w for w in NUMBER_ALT.split('|')[2:])})\b(?!\s+by\s+one\b)", re.I)
+                         rf"|\bsections?\s+(?P<word>{'|'.join(w for w in NUMBER_ALT.split('|')[2:])})\b"
+                         r"(?!\s+by\s+one\b)", re.I)
 _PAGE_RE = re.compile(r"\b(?:pages?|pp?\.)\s*(?P<a>\d{1,5}|" + "|".join(NUMBER_ALT.split("|")[2:]) + r")\b"
                       r"(?:\s*(?:-|–|to|through|and)\s*(?P<b>\d{1,5})\b)?", re.I)
 _EXTS = sorted({e.lstrip(".") for e in CODE_EXTS | TEXT_EXTS | set(BLOCK_EXTS) | {PDF_EXT}}, key=len, reverse=True)

@@ -40,13 +40,13 @@ def summary_sources(store: Store, summaries: list[SummaryRecord]) -> list[Retrie
             if s.document_id is None or s.document_id in docs]
 
 
-def overview(store: Store, query: np.ndarray, question: str, char_budget: int,
+def overview(store: Store, query: np.ndarray | None, question: str, char_budget: int,
              document_ids: set[int] | None = None, every_part: bool = False) -> list[SummaryRecord]:
     """What an overview question reads, most general first and within `char_budget` characters of summary text:
     the collections' and documents' summaries (all when they fit, else the most similar to the question), then the
     parts' summaries most similar to the question while room is left. `document_ids`: only these documents'.
     `every_part` (a question about each part in turn): the documents' and then all their parts' summaries, each
-    level in document order, as far as the budget goes."""
+    level in document order, as far as the budget goes (no search: `query` may be None)."""
     shelf = store.summaries()
     documents = store.documents()
     fresh = {d.id: d.content_sha256 for d in documents}
@@ -61,7 +61,7 @@ def overview(store: Store, query: np.ndarray, question: str, char_budget: int,
     chosen: list[SummaryRecord] = []
     seen: set[str] = set()
     used = 0
-    ranked = {i: rank for rank, (i, _) in enumerate(
+    ranked = {} if every_part else {i: rank for rank, (i, _) in enumerate(
         fuse([shelf.search_dense(query, 200), shelf.search_lexical(question, 200)]))}
     for level in (COLLECTION, DOCUMENT, PART):
         items = [s for s in shelf.all(level) if usable(s)]
