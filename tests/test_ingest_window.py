@@ -128,3 +128,17 @@ def test_tokens_an_undecided_event_needs_are_kept(session, sink, tokens):
     assert held_before_last == len(sink) + 150 - 1  # 150 > local: the window kept the event's tokens
     with pytest.raises(EpiError, match="ingest window too small"):
         _pass(session, sink, tokens, keep_back=10_000)  # an event reaching back past the context cannot be kept
+
+
+def test_surprise_measured_at_marked_tokens_only_equals_the_full_pass(engine, session, sink, tokens):
+    """`measure_at` (the clean cuts, segment.SURPRISE_AT) asks for logits only on the rows predicting marked tokens:
+    those values are the full pass's, the rest NaN, and the window the pass leaves is the same."""
+    full, seen_full = _pass(session, sink, tokens)
+    marks = np.zeros(len(tokens) + 1, dtype=bool)
+    marks[::7] = True
+    marks[INGEST_BATCH + 1 : 2 * INGEST_BATCH + 1] = False  # a batch with nothing to measure still decodes
+    sparse = session.surprise_pass(tokens, sink, SMALL.local, None, lambda s, known: known, measure_at=marks)
+    measured = marks[: len(tokens)]
+    assert np.isnan(sparse[~measured]).all()
+    np.testing.assert_allclose(sparse[measured], full[measured], atol=2e-3)
+    assert session._offset == seen_full[-1][1]

@@ -39,6 +39,37 @@ def test_surprise_candidates_match_brute_force(seed, gamma, tau):
     assert got == brute_force_candidates(s, gamma, tau)
 
 
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("gamma,tau", [(1.0, 128), (0.5, 16), (2.0, 3), (0.0, 2)])
+def test_surprise_candidates_over_measured_tokens_match_brute_force(seed, gamma, tau):
+    """Surprise measured at the clean cuts only (segment.SURPRISE_AT): NaN tokens are never candidates and the
+    statistics of the tau preceding tokens read the measured ones among them (at least 2)."""
+    rng = np.random.default_rng(100 + seed)
+    n = int(rng.integers(3, 700))
+    s = rng.gamma(2.0, 1.5, n).astype(np.float32)
+    s[rng.random(n) < rng.choice([0.0, 0.5, 0.9])] = np.nan
+    expected = []
+    for t in range(2, n):
+        window = s[max(0, t - tau) : t].astype(np.float64)
+        window = window[~np.isnan(window)]
+        if not np.isnan(s[t]) and len(window) >= 2 and s[t] > window.mean() + gamma * window.std():
+            expected.append(t)
+    assert surprise_candidates(s, gamma, tau).tolist() == expected
+
+
+def test_sparse_surprise_cuts_only_at_measured_clean_cuts():
+    rng = np.random.default_rng(7)
+    n = 3000
+    clean = rng.random(n + 1) < 0.08
+    clean[0] = clean[n] = True
+    surprise = rng.gamma(2.0, 1.5, n).astype(np.float32)
+    surprise[~clean[:n]] = np.nan
+    p = SegmentParams(refine="none")
+    spans = segment(surprise, clean, p)
+    _check_segmentation(spans, surprise, clean, p)
+    assert all(clean[a] for a, _ in spans)
+
+
 def test_surprise_candidates_short_inputs():
     assert surprise_candidates(np.array([], dtype=np.float32), 1.0, 8).tolist() == []
     assert surprise_candidates(np.array([1.0, 9.0], dtype=np.float32), 1.0, 8).tolist() == []
@@ -363,5 +394,8 @@ def test_old_recorded_params_construct_and_read_as_unrefined():
     assert recorded.refine == "none" and recorded.max_tokens == 448  # the store was cut before refinement existed
     assert SegmentParams.from_recorded({**old, "refine": "conductance", "added_later": 1}).refine == "conductance"
     assert SegmentParams.from_recorded(SegmentParams().as_dict()) == SegmentParams()
+    assert recorded.surprise_at == "every" and SegmentParams().surprise_at == "clean"  # measured before the choice
+    with pytest.raises(ValueError):
+        SegmentParams(surprise_at="some").validate()
     with pytest.raises(ValueError):
         SegmentParams(refine="spectral").validate()

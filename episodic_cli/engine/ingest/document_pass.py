@@ -113,7 +113,8 @@ class DocumentPass:
             self.surprise[checkpoint.surprise_from : checkpoint.surprise_from + len(tail)] = tail
             window = (checkpoint.window, blob)
         self.session.surprise_pass(self.tokens.tokens, self.sink, self.params.local, self.on_progress,
-                                   self._on_decoded, self._on_batch, window, self.surprise)
+                                   self._on_decoded, self._on_batch, window, self.surprise,
+                                   self.clean if self.params.surprise_at == "clean" else None)
         events = self._events(self.pending)
         seconds = time.perf_counter() - self.started
         try:
@@ -132,7 +133,9 @@ class DocumentPass:
     def _on_decoded(self, surprise: SlidingArray, known: int) -> int:
         for a, b in self.segmenter.advance(known):
             s = self.surprise[a:b]
-            event = DecidedEvent(a, b, int(self.offsets[a]), int(self.offsets[b]), float(s.mean()), float(s.max()))
+            s = s[~np.isnan(s)]  # the tokens whose surprise was measured (segment.SURPRISE_AT)
+            mean, peak = (float(s.mean()), float(s.max())) if len(s) else (0.0, 0.0)
+            event = DecidedEvent(a, b, int(self.offsets[a]), int(self.offsets[b]), mean, peak)
             self._keep_block(self._refine_reads.pop(a, None), event)
             self.pending.append(event)
         first_needed = self.segmenter.needs_from()

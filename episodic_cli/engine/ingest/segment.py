@@ -1,7 +1,9 @@
 """Surprise-based event segmentation (EM-LLM 3.2) with size bounds, clean cut points and boundary refinement (3.3).
 
 1. Candidate boundaries: token t starts a new event when its surprise exceeds mu + gamma * sigma of the `tau`
-   preceding tokens (EM-LLM eq. 1).
+   preceding tokens (EM-LLM eq. 1). By default surprise is measured only where an event may start (the clean cuts
+   below): the lm_head over a 150k-word vocabulary for every token cost 10% of the answer model's prefill
+   (docs/benchmarks.md, "What every token's logits cost"); unmeasured tokens hold NaN and take no part.
 2. Cut points are snapped to the nearest sentence or line end, so citations and excerpts read cleanly.
 3. Event sizes are held within [min_tokens, max_tokens] (the seeds found 200-500-token units retrieve best); an
    event of code may end sooner (at least MIN_CODE_TOKENS) so that the next definition stays whole.
@@ -23,6 +25,7 @@ from .sliding_array import SlidingArray
 
 REFINE_METHODS = ("modularity", "conductance", "none")
 CODE_CUTS = ("definitions", "surprise")  # code files: cut between definitions and statements, or as prose
+SURPRISE_AT = ("clean", "every")  # measure surprise where an event may start, or at every token (EM-LLM as written)
 
 # keys_of(a, b): one row per token a..b-1 whose dot products are the similarity graph A (EM-LLM eq. 2).
 KeysOf = Callable[[int, int], np.ndarray]
@@ -40,6 +43,7 @@ class SegmentParams:
     local: int = 640          # ingest pass: preceding tokens every token sees at least, besides the sink
     refine: str = "modularity"  # boundary refinement objective (EM-LLM 3.3): modularity, conductance or none
     code_cuts: str = "definitions"  # code: events end between definitions and statements (code_cuts.py)
+    surprise_at: str = "clean"  # where surprise is measured: the clean cuts only, or every token (SURPRISE_AT)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -47,10 +51,11 @@ class SegmentParams:
     @classmethod
     def from_recorded(cls, recorded: dict) -> "SegmentParams":
         """The parameters a store recorded. Stores written before refinement existed have no `refine`: their events
-        were cut without it, so they read as "none"; likewise code cut before `code_cuts` was cut by surprise alone.
-        Keys added by newer versions are ignored."""
+        were cut without it, so they read as "none"; likewise code cut before `code_cuts` was cut by surprise alone,
+        and surprise was measured at every token before `surprise_at`. Keys added by newer versions are ignored."""
         names = {f.name for f in fields(cls)}
-        return cls(**{"refine": "none", "code_cuts": "surprise", **{k: v for k, v in recorded.items() if k in names}})
+        return cls(**{"refine": "none", "code_cuts": "surprise", "surprise_at": "every",
+                      **{k: v for k, v in recorded.items() if k in names}})
 
     def validate(self) -> None:
         if not 16 <= self.min_tokens <= self.max_tokens:
@@ -63,20 +68,28 @@ class SegmentParams:
             raise ValueError(f"refine must be one of {', '.join(REFINE_METHODS)}")
         if self.code_cuts not in CODE_CUTS:
             raise ValueError(f"code_cuts must be one of {', '.join(CODE_CUTS)}")
+        if self.surprise_at not in SURPRISE_AT:
+            raise ValueError(f"surprise_at must be one of {', '.join(SURPRISE_AT)}")
 
 
 def surprise_candidates(surprise: np.ndarray, gamma: float, tau: int) -> np.ndarray:
     """Indices t >= 1 with surprise[t] > mean(surprise[t-tau:t]) + gamma * std(surprise[t-tau:t]).
-    Early tokens use the shorter window they have (at least 2 tokens). Vectorised with cumulative sums."""
+    NaN marks a token whose surprise was not measured: it is never a candidate and takes no part in the statistics.
+    Early tokens use the shorter window they have (at least 2 measured values). Vectorised with cumulative sums."""
     s = surprise.astype(np.float64)
     n = len(s)
     if n < 3:
         return np.zeros(0, dtype=np.int64)
+    measured = ~np.isnan(s)
+    s = np.where(measured, s, 0.0)
+    c0 = np.concatenate([[0], np.cumsum(measured)])
     c1 = np.concatenate([[0.0], np.cumsum(s)])
     c2 = np.concatenate([[0.0], np.cumsum(s * s)])
     t = np.arange(2, n)
     lo = np.maximum(0, t - tau)
-    cnt = t - lo
+    cnt = c0[t] - c0[lo]
+    enough = measured[t] & (cnt >= 2)
+    t, lo, cnt = t[enough], lo[enough], cnt[enough]
     mean = (c1[t] - c1[lo]) / cnt
     var = np.maximum((c2[t] - c2[lo]) / cnt - mean * mean, 0.0)
     over = s[t] > mean + gamma * np.sqrt(var)

@@ -346,6 +346,7 @@ class LlamaSession:
         on_batch: Callable[[WindowState], None] | None = None,
         resume: tuple[WindowState, bytes] | None = None,
         surprise: np.ndarray | None = None,
+        measure_at: np.ndarray | None = None,
     ) -> np.ndarray:
         """One pass over a document after the `sink` tokens, with a sliding window that keeps the sink in place
         (attention sinks, EM-LLM 3.1 / StreamingLLM), returning each token's surprise -log p(x_t | x_<t) (EM-LLM
@@ -363,7 +364,10 @@ class LlamaSession:
 
         Checkpoints: between batches (not after the last), `on_batch(state)` may save the window (`window_blob()`)
         with `state`; `resume=(state, blob)` restores them and goes on from `state.next_token`, with `surprise`
-        (the caller's array) holding the values the caller still needs before it."""
+        (the caller's array) holding the values the caller still needs before it.
+
+        `measure_at` (a boolean mark per token, e.g. the clean cuts) asks llama.cpp for logits only on the rows that
+        predict a marked token; the others get NaN. The cells, and so the kept blocks, are the same either way."""
         n = len(tokens)
         surprise = np.zeros(n, dtype=np.float32) if surprise is None else surprise
         n_vocab = self.model.info.n_vocab
@@ -385,13 +389,20 @@ class LlamaSession:
             # Row i predicts token a+i+1; the document's last token predicts nothing.
             n_out = min(b, n - 1) - a
             wanted = np.zeros(b - a, dtype=np.int8)
-            wanted[:n_out] = 1
+            wanted[:n_out] = 1 if measure_at is None else measure_at[a + 1 : a + 1 + n_out]
+            rows = np.flatnonzero(wanted)
+            if len(rows) == 0:
+                wanted[b - a - 1] = 1  # llama.cpp wants at least one output row; this one is not read
             self.decode(tokens[a:b], cached, wanted)
             cached += b - a
             if n_out > 0:
-                surprise[a + 1 : a + 1 + n_out] = native.surprise_at(
-                    self.logits_address(), n_out, n_vocab, tokens[a + 1 : a + 1 + n_out]
-                )
+                values = native.surprise_at(self.logits_address(), len(rows), n_vocab, tokens[a + 1 + rows])
+                if len(rows) == n_out:
+                    surprise[a + 1 : a + 1 + n_out] = values
+                else:
+                    measured = np.full(n_out, np.nan, dtype=np.float32)
+                    measured[rows] = values
+                    surprise[a + 1 : a + 1 + n_out] = measured
             if on_decoded:
                 keep_from = on_decoded(surprise, b + 1 if b < n else n)
             if on_progress:
