@@ -7,9 +7,11 @@ refinement, KV capture + quantization, representative keys, embedding, commit) i
 prefills decode 2,048-token windows from empty, so their attention spans 0-2,048 cells, 1,280 on average (llama.cpp
 pads the span to 256 cells); the ingest window holds the sinks + the local span + one batch (1,280 cells with the
 defaults). The best round of each is reported (a shared machine only ever slows a run down), with every round's
-ratios, and the share of ingest time spent inside llama_decode.
+ratios, and the share of ingest time spent inside llama_decode. `--surprise-at every clean` ingests once each way
+per round (segment.SURPRISE_AT: surprise at every token, or only where an event may start), alternating the order.
 
-    python bench/ingest_throughput.py [--threads N] [--rounds 3] [--chars 40000] [--kv q8_0]
+    python bench/ingest_throughput.py [--threads N] [--rounds 3] [--chars 40000] [--kv q8_0] [--model qwen-1.5b]
+        [--surprise-at clean every]
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ import numpy as np
 
 from episodic_cli.engine.llama import backend as llama_backend
 from episodic_cli.engine.llama.backend import INGEST_BATCH, LlamaSession
-from episodic_cli.engine.ingest.segment import SegmentParams
+from episodic_cli.engine.ingest.segment import SURPRISE_AT, SegmentParams
 from episodic_cli.engine.documents.sources import discover
 from episodic_cli.engine.workspace import Workspace
 
@@ -78,9 +80,9 @@ class DecodeClock:
         llama_backend.LlamaSession.decode = self._decode
 
 
-def ingest_rate(ws: Workspace, doc: Path, kind: str) -> tuple[float, float, int]:
+def ingest_rate(ws: Workspace, doc: Path, kind: str, surprise_at: str = "clean") -> tuple[float, float, int]:
     """tokens/s of one full ingest of `doc` into a new store, the share of it inside decode, and the events cut."""
-    params = SegmentParams()
+    params = SegmentParams(surprise_at=surprise_at)
     st = ws.store_for_writing(params)
     ingestor = ws.ingestor(st, params, kind)
     ingestor.session.warm_up()
@@ -99,31 +101,41 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--chars", type=int, default=40_000, help="prose to ingest (40,000 chars ~ 9.6k tokens)")
     ap.add_argument("--kv", default="q8_0", help="KV block type stored by the ingest")
+    ap.add_argument("--model", default=None, help="the reading model (default: the engine's)")
+    ap.add_argument("--surprise-at", nargs="+", choices=SURPRISE_AT, default=[SegmentParams().surprise_at],
+                    help="ingest once per choice each round (default: the default's only)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="epi-ingest-bench-"))
     doc = tmp / "topics.txt"
     doc.write_text(haystack(args.chars))
-    base = Workspace(store=str(tmp / "unused"), threads=args.threads)
+    base = Workspace(model=args.model, store=str(tmp / "unused"), threads=args.threads)
     tokens = base.model.tokenize(doc.read_text())
     base.embedder.embed_texts(["warm up"])
     rows = []
     for r in range(args.rounds):
         last = bare_prefill_rate(base, tokens, args.threads, all_logits=False)
         every = bare_prefill_rate(base, tokens, args.threads, all_logits=True)
-        ws = Workspace(store=str(tmp / f"store-{r}"), threads=args.threads)
-        ws.__dict__.update(model=base.model, embedder=base.embedder)  # loaded once for every round
-        rate, in_decode, events = ingest_rate(ws, doc, args.kv)
-        rows.append((last, every, rate, in_decode))
-        print(f"round {r + 1}: bare {last:.1f} tok/s, bare with every token's logits {every:.1f}, ingest {rate:.1f} "
-              f"({rate / last:.2f}x / {rate / every:.2f}x; {in_decode:.0%} of ingest inside decode, {events} events)",
-              flush=True)
-    last, every, rate = (max(col) for col in list(zip(*rows))[:3])
+        ingests = {}
+        for choice in (args.surprise_at if r % 2 == 0 else list(reversed(args.surprise_at))):
+            ws = Workspace(model=args.model, store=str(tmp / f"store-{r}-{choice}"), threads=args.threads)
+            ws.__dict__.update(model=base.model, embedder=base.embedder)  # loaded once for every round
+            ingests[choice] = ingest_rate(ws, doc, args.kv, choice)
+        rows.append((last, every, {c: ingests[c][0] for c in args.surprise_at}))
+        print(f"round {r + 1}: bare {last:.1f} tok/s, bare with every token's logits {every:.1f}", flush=True)
+        for choice, (rate, in_decode, events) in ingests.items():
+            print(f"  ingest, surprise at {choice}: {rate:.1f} tok/s ({rate / last:.2f}x / {rate / every:.2f}x; "
+                  f"{in_decode:.0%} inside decode, {events} events)", flush=True)
+    last, every = max(r[0] for r in rows), max(r[1] for r in rows)
     print(f"\n{len(tokens)} tokens, threads {args.threads or 'engine default'}, best of {args.rounds} rounds:")
-    print("| pipeline | tokens/s | ingest ratio |")
+    print("| pipeline | tokens/s | ingest / this |")
     print("|---|---|---|")
-    print(f"| ingest ({args.kv} blocks, everything on) | {rate:.0f} | |")
-    print(f"| bare prefill, last token's logits | {last:.0f} | {rate / last:.2f}x |")
-    print(f"| bare prefill, every token's logits | {every:.0f} | {rate / every:.2f}x |")
+    for choice in args.surprise_at:
+        print(f"| ingest ({args.kv} blocks, everything on), surprise at {choice} | "
+              f"{max(r[2][choice] for r in rows):.0f} | |")
+    print(f"| bare prefill, last token's logits | {last:.0f} | "
+          + ", ".join(f"{max(r[2][c] for r in rows) / last:.3f}x ({c})" for c in args.surprise_at) + " |")
+    print(f"| bare prefill, every token's logits | {every:.0f} | "
+          + ", ".join(f"{max(r[2][c] for r in rows) / every:.3f}x ({c})" for c in args.surprise_at) + " |")
 
 
 if __name__ == "__main__":
