@@ -13,6 +13,7 @@ from episodic_cli.app import app
 from episodic_cli.engine.documents import structure
 from episodic_cli.engine.retrieval.citations import citation
 from episodic_cli.engine.errors import EpiError
+from episodic_cli.engine.retrieval.question_kind import QuestionKind, classify
 from episodic_cli.engine.retrieval.scope import Restriction, _section_node, parse
 from episodic_cli.engine.ingest.segment import SegmentParams
 from episodic_cli.engine.documents.sources import discover
@@ -164,6 +165,31 @@ def test_the_last_chapter_is_the_highest_numbered_one(scoped_store):
         assert scope.described == "the last chapter (ch. 3)" and scope.allowed
         got = ws.retrieve(st, "What did Mara give Tobias in the last chapter?", k=3)
     assert got and all("III" in _chapters(r) for r in got)
+
+
+@pytest.mark.parametrize("question, titles", [
+    ('What did Mara give Tobias in "The Storm"?', ["the storm"]),
+    ("In the \u201cStorm\u201d chapter, who thanked whom?", ["storm"]),
+    ("Summarise 'The Storm.'", ["the storm"]),
+    ("What does Alice's sister say about the Queen's croquet?", []),  # apostrophes do not pair up
+    ('What does the "-s" flag do?', ["-s"]),
+])
+def test_parse_reads_quoted_titles(question, titles):
+    assert parse(question).titles == titles
+
+
+def test_a_heading_named_by_its_title_in_quotes_is_that_place(scoped_store):
+    ws, root = scoped_store
+    with Store.open_existing(root / "store") as st:
+        scope = ws.scope(st, 'What did Mara give Tobias in "The Storm"?')
+        assert scope.titled and scope.described == 'ch. II "The Storm"' and not scope.notes
+        got = ws.retrieve(st, 'What did Mara give Tobias in "The Storm"?', k=3)
+        assert got and all("II" in _chapters(r) for r in got)
+        for phrase in ('Who said "green umbrella"?', 'What did Mara give Tobias in "The Storms"?'):
+            other = ws.scope(st, phrase)  # no heading is titled so: a phrase to search for, not a place
+            assert not other.titled and other.allowed is None and not other.notes
+    assert classify('What is each section of "The Storm" about?', parse("x"), titled=True) is QuestionKind.WHOLE
+    assert classify('What is each section of "The Storm" about?') is QuestionKind.OVERVIEW
 
 
 def test_a_chapter_the_book_lacks_is_said_and_everything_searched(scoped_store):

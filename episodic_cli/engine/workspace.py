@@ -453,7 +453,8 @@ class Workspace:
         scope = self.scope(store, search, options.docs)
         kind = options.kind
         if kind is None:
-            kind = QuestionKind.LOOKUP if options.layered or options.epman else classify(search, parse_scope(search))
+            kind = (QuestionKind.LOOKUP if options.layered or options.epman
+                    else classify(search, parse_scope(search), scope.titled))
         if kind is QuestionKind.WHOLE:
             found = self._ask_whole(store, question, search, scope, options, history, started, should_stop)
             if found is not None:

@@ -78,6 +78,7 @@ _EACH_PART_RE = re.compile(
     rf"|\b{_EACH}{_PARTS}\s+(?:is|are|does|do|covers?|contains?|holds?|says?|describes?|deals?|"
     r"handles?|means?|provides?|offers?)\b"
     rf"|\bwhat(?:'s|\s+is|\s+happens|\s+goes\s+on)\s+in\s+{_EACH}{_PARTS}\b"
+    rf"|\bwhat\s+(?:is|are)\s+{_EACH}{_PARTS}\b[^?]{{0,80}}\babout\b"
     rf"|\b(?:summar\w*|describe|explain|outline|tell\s+me\s+about|go\s+through|walk\s+(?:me\s+)?through)\s+(?:of\s+)?"
     rf"(?:{_EACH}|all\s+(?:of\s+)?(?:the\s+)?){_PARTS}\b"
     rf"|\b{_PARTS}\s+(?:one\s+by\s+one|in\s+turn)\b"
@@ -92,15 +93,20 @@ def asks_each_part(question: str) -> bool:
     return bool(_EACH_PART_RE.search(question))
 
 
-def classify(question: str, scope: Scope | None = None) -> QuestionKind:
-    """The kind of `question` (its parsed scope may be passed in when already at hand)."""
+def classify(question: str, scope: Scope | None = None, titled: bool = False) -> QuestionKind:
+    """The kind of `question` (its parsed scope may be passed in when already at hand). `titled`: a quoted title in
+    it names a heading of the archive (scope.Restriction.titled), a place like "chapter 2"."""
     scope = scope or parse(question)
-    if not scope.structural and asks_each_part(question):  # "every file of the tenacity package": its files' map
+    structural = scope.structural or titled
+    each_part = asks_each_part(question)
+    if not structural and each_part:  # "every file of the tenacity package": its files' map
         return QuestionKind.OVERVIEW
-    names_part = scope.structural or bool(scope.files) or bool(scope.symbols)
+    names_part = structural or bool(scope.files) or bool(scope.symbols)
+    if structural and each_part:  # "each section of chapter 2": that chapter, read whole
+        return QuestionKind.WHOLE
     if names_part and _WHOLE_RE.search(question):
         return QuestionKind.WHOLE
-    if not scope.structural and not scope.files and _OVERVIEW_RE.search(question):
+    if not structural and not scope.files and _OVERVIEW_RE.search(question):
         return QuestionKind.OVERVIEW
     if not names_part and _WHOLE_RE.search(question):
         return QuestionKind.EXPLAIN

@@ -2,7 +2,8 @@
 documents `--doc GLOB` allows.
 
 `parse(question)` reads the question ("in chapter 3", "chapter three", "the third chapter", "ch. III", "in section
-2.4", "§2.4", "on page 12", "pages 3-5", "in utils.py", "what does Cache.get return", "the parse_args() function");
+2.4", "§2.4", "on page 12", "pages 3-5", "in utils.py", "what does Cache.get return", "the parse_args() function",
+a heading's title in quotes: 'the "How to use bzip2" chapter');
 `resolve(store, scope, doc_globs)` turns that into event ids:
 
 - documents (`--doc` and file names in the question) and chapters, sections, pages are a *filter*: retrieval
@@ -25,7 +26,8 @@ from ...store import Store
 from ...store.lexical import STOP_WORDS
 from ..errors import EpiError
 from ..documents.sources import BLOCK_EXTS, CODE_EXTS, PDF_EXT, TEXT_EXTS
-from ..documents.structure import CODE_KINDS, NUMBER_ALT, ORDINAL_WORDS, all_paths, decode, number_value
+from ..documents.structure import (CODE_KINDS, NUMBER_ALT, ORDINAL_WORDS, all_paths, decode, describe_node,
+                                   number_value)
 from .citations import printable
 
 _ORDINALS = "|".join(ORDINAL_WORDS[1:]) + r"|\d{1,3}(?:st|nd|rd|th)"
@@ -52,6 +54,10 @@ _KEYWORD_AFTER_RE = re.compile(r"`?\b(?P<sym>[A-Za-z_]\w*)`?\s+(?:class|function
 _IDENT_RE = re.compile(r"\b(?P<sym>[a-z]\w*_\w*[a-z0-9]|[a-z]+[A-Z]\w*|[A-Z][a-z0-9]+[A-Z]\w*)\b")
 _NOT_SYMBOLS = frozenset("e.g i.e etc.al vs".split())
 # "the cache module", "module `cache`", "the utils package": a file named so (cache.py, cache/__init__.py, cache.rs).
+# A heading named by its title in quotes. A single quote opens only after a space or bracket and closes before one
+# (or punctuation), so apostrophes ("Alice's") do not pair up.
+_QUOTED_RE = re.compile(r'"(?P<a>[^"\n]{2,80})"|\u201c(?P<b>[^\u201d\n]{2,80})\u201d|\u2018(?P<c>[^\u2019\n]{2,80})\u2019'
+                        r"|(?:(?<=^)|(?<=[\s(\[]))'(?P<d>[^'\n]{2,80})'(?=$|[\s.,;:?!)\]])")
 _MODULE_RE = re.compile(r"(?<![\w.])(?:the\s+)?`?(?P<a>[A-Za-z_][\w.]*)`?\s+(?:module|package|file)\b"
                         r"|\b(?:module|package)\s+`?(?P<b>[A-Za-z_][\w.]*)`?", re.I)
 _NOT_MODULES = frozenset("this that which each every a an the its main whole same other one python code source "
@@ -67,6 +73,7 @@ class Scope:
     pages: list[tuple[int, int]] = field(default_factory=list)
     files: list[str] = field(default_factory=list)        # "utils.py", "src/util.py"
     symbols: list[list[str]] = field(default_factory=list)  # ["Cache", "get"]
+    titles: list[str] = field(default_factory=list)       # quoted text; a place only if a heading has that title
     rest: str = ""  # the question without its chapter/section/page phrases (what retrieval searches for inside them)
 
     @property
@@ -112,6 +119,10 @@ def parse(question: str) -> Scope:
         if int(a) <= b <= int(a) + 200:
             scope.pages.append((int(a), b))
             take(m)
+    for m in _QUOTED_RE.finditer(question):
+        title = title_words(next(g for g in m.groups() if g is not None))
+        if re.search(r"[^\W\d_]", title):
+            _add(scope.titles, title)
     files = set()
     for m in _FILE_RE.finditer(question):
         _add(scope.files, m.group("file"))
@@ -149,6 +160,11 @@ def names_a_place(question: str) -> bool:
     return scope.structural or bool(scope.files or scope.symbols)
 
 
+def title_words(text: str) -> str:
+    """A title as compared: case and spacing aside, without the punctuation at its ends."""
+    return " ".join(text.casefold().split()).strip(" .,;:!?")
+
+
 def _add(items: list, value) -> None:
     if value not in items:
         items.append(value)
@@ -167,6 +183,7 @@ class Restriction:
     query: str | None = None      # what to search for inside a structural scope (None: the question)
     notes: list[str] = field(default_factory=list)
     described: str | None = None  # "ch. 3", "§2.4", "p. 12", "util.py": what the answer was restricted to
+    titled: bool = False          # a quoted title in the question matched a heading (a place named by its title)
     # The named places that matched, as (node test, value): a source spanning two sections is cited by the one asked
     # about, not by the one it mostly holds (measured: a §2.2 question's sentence in an event cited as §2.4).
     places: list[tuple[Callable[[list, str], bool], str]] = field(default_factory=list)
@@ -228,7 +245,7 @@ def resolve(store: Store, scope: Scope, doc_globs: list[str] | None = None) -> R
     if docs is not None:  # the documents a named file or `--doc` left, then any chapter, section or page in them
         shown = sorted(set(docs.values()))
         out.described = ", ".join(shown[:3]) + (f" and {len(shown) - 3} more" if len(shown) > 3 else "")
-    if not (scope.structural or scope.symbols):
+    if not (scope.structural or scope.symbols or scope.titles):
         if docs is not None:
             out.allowed = {row[0] for row in store.event_places(list(docs))}
         return out
@@ -269,6 +286,23 @@ def resolve(store: Store, scope: Scope, doc_globs: list[str] | None = None) -> R
                 out.notes.append(f"no {label.format(value)} found in the archive; searching everything")
         if found:
             kinds.append(found)
+    titled: set[int] = set()
+    for title in scope.titles:  # quoted text that is no heading's title is a phrase to look for: no note
+        shown: list[str] = []
+
+        def heading(paths, v=title, shown=shown) -> bool:
+            found = [n for p in paths for n in p if _titled_node(n, v)]
+            shown += [describe_node(n) for n in found[:1] if not shown]
+            return bool(found)
+
+        ids = _matching(places, heading)
+        if ids:
+            titled |= ids
+            labels.append(shown[0])
+            out.places.append((_titled_node, title))
+    if titled:
+        kinds.append(titled)
+        out.titled = True
     pages: set[int] = set()
     for a, b in scope.pages:
         ids = {row[0] for row in places if row[3] is not None and row[3] <= b and (row[4] or row[3]) >= a}
@@ -324,6 +358,11 @@ def _numbered_node(kind: str):
 
 def _chapter_node(node: list, value: str) -> bool:
     return node[0] == "chapter" and number_value(node[1]) == value
+
+
+def _titled_node(node: list, value: str) -> bool:
+    """A prose heading whose title is `value` (as title_words compares them)."""
+    return node[0] not in CODE_KINDS and bool(node[2]) and title_words(node[2]) == value
 
 
 def _top_section_node(node: list, value: str) -> bool:
