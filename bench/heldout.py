@@ -35,7 +35,7 @@ from eval import BENCH_OPTIONS, ask_once, covers, load_average, score_answer, sq
 
 from episodic_cli.engine.llama.models import answer_model, reader_model  # noqa: E402
 from episodic_cli.engine.paths import cache_dir  # noqa: E402
-from episodic_cli.engine.ingest.segment import SegmentParams  # noqa: E402
+from episodic_cli.engine.ingest.segment import SURPRISE_AT, SegmentParams  # noqa: E402
 from episodic_cli.engine.documents.sources import discover  # noqa: E402
 from episodic_cli.engine.budgets import DEFAULT_K  # noqa: E402
 from episodic_cli.engine.workspace import Workspace  # noqa: E402
@@ -93,9 +93,12 @@ def stored_questions(sets: Path, only: list[str], stores: Path, model: str | Non
             store.close()
             ws.close()
 
+SEGMENT = SegmentParams()  # --surprise-at replaces it
+
+
 def ingest(ws: Workspace, paths: list[Path], log) -> dict:
     """Ingest `paths` into the workspace's store as `epi ingest` does; files already there are skipped."""
-    params = SegmentParams()
+    params = SEGMENT
     store = ws.store_for_writing(params)
     ingestor = ws.ingestor(store, params)
     ws.embedder.load(batches=True)  # before the clock starts: its import is not ingest work
@@ -378,8 +381,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="kv mode: decode each loaded block's first N tokens again at their place (default: epi's)")
     ap.add_argument("--layered", action="store_true", help="kv mode with per-layer block selection (epi ask --layered)")
     ap.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES), help="answer modes (default: both)")
+    ap.add_argument("--surprise-at", choices=SURPRISE_AT, default=None,
+                    help="where new stores measure surprise (default: epi ingest's; segment.SURPRISE_AT)")
     ap.add_argument("--tag", default=None, help="write bench/results/heldout-TAG.json and .md (docs/ untouched)")
     args = ap.parse_args(argv)
+    if args.surprise_at:
+        global SEGMENT
+        SEGMENT = SegmentParams(surprise_at=args.surprise_at)
     global K
     K = args.k
     if args.cold_rate:
