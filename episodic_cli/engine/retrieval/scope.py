@@ -53,11 +53,12 @@ _KEYWORD_AFTER_RE = re.compile(r"`?\b(?P<sym>[A-Za-z_]\w*)`?\s+(?:class|function
 # Identifiers by their shape: snake_case with an underscore inside, or camelCase / CamelCase with an inner capital.
 _IDENT_RE = re.compile(r"\b(?P<sym>[a-z]\w*_\w*[a-z0-9]|[a-z]+[A-Z]\w*|[A-Z][a-z0-9]+[A-Z]\w*)\b")
 _NOT_SYMBOLS = frozenset("e.g i.e etc.al vs".split())
-# "the cache module", "module `cache`", "the utils package": a file named so (cache.py, cache/__init__.py, cache.rs).
 # A heading named by its title in quotes. A single quote opens only after a space or bracket and closes before one
 # (or punctuation), so apostrophes ("Alice's") do not pair up.
-_QUOTED_RE = re.compile(r'"(?P<a>[^"\n]{2,80})"|\u201c(?P<b>[^\u201d\n]{2,80})\u201d|\u2018(?P<c>[^\u2019\n]{2,80})\u2019'
+_QUOTED_RE = re.compile(r'"(?P<a>[^"\n]{2,80})"|\u201c(?P<b>[^\u201d\n]{2,80})\u201d'
+                        r"|\u2018(?P<c>[^\u2019\n]{2,80})\u2019"
                         r"|(?:(?<=^)|(?<=[\s(\[]))'(?P<d>[^'\n]{2,80})'(?=$|[\s.,;:?!)\]])")
+# "the cache module", "module `cache`", "the utils package": a file named so (cache.py, cache/__init__.py, cache.rs).
 _MODULE_RE = re.compile(r"(?<![\w.])(?:the\s+)?`?(?P<a>[A-Za-z_][\w.]*)`?\s+(?:module|package|file)\b"
                         r"|\b(?:module|package)\s+`?(?P<b>[A-Za-z_][\w.]*)`?", re.I)
 _NOT_MODULES = frozenset("this that which each every a an the its main whole same other one python code source "
