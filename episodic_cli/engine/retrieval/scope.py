@@ -289,17 +289,17 @@ def resolve(store: Store, scope: Scope, doc_globs: list[str] | None = None) -> R
             kinds.append(found)
     titled: set[int] = set()
     for title in scope.titles:  # quoted text that is no heading's title is a phrase to look for: no note
-        shown: list[str] = []
+        headings: list[list] = []  # the matching heading of each event, for the label
 
-        def heading(paths, v=title, shown=shown) -> bool:
+        def heading(paths, v=title) -> bool:
             found = [n for p in paths for n in p if _titled_node(n, v)]
-            shown += [describe_node(n) for n in found[:1] if not shown]
+            headings.extend(found[:1])
             return bool(found)
 
         ids = _matching(places, heading)
         if ids:
             titled |= ids
-            labels.append(shown[0])
+            labels.append(describe_node(headings[0]))
             out.places.append((_titled_node, title))
     if titled:
         kinds.append(titled)
