@@ -188,8 +188,9 @@ def test_a_heading_named_by_its_title_in_quotes_is_that_place(scoped_store):
         for phrase in ('Who said "green umbrella"?', 'What did Mara give Tobias in "The Storms"?'):
             other = ws.scope(st, phrase)  # no heading is titled so: a phrase to search for, not a place
             assert not other.titled and other.allowed is None and not other.notes
-    assert classify('What is each section of "The Storm" about?', parse("x"), titled=True) is QuestionKind.WHOLE
-    assert classify('What is each section of "The Storm" about?') is QuestionKind.OVERVIEW
+    each = 'What is each section of "The Storm" about?'
+    assert classify(each, parse(each), titled=True) is QuestionKind.WHOLE
+    assert classify(each) is QuestionKind.OVERVIEW
 
 
 def test_a_chapter_the_book_lacks_is_said_and_everything_searched(scoped_store):
