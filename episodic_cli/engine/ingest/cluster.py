@@ -43,6 +43,8 @@ RESULT_LIMIT = 1 << 30
 # A killed worker's document is retried this many times (on another worker process) before it counts as failed.
 MAX_RETRIES = 3
 CONNECT_TIMEOUT_S = 5.0
+# How long a run that stops early waits for each task it cancels to end, so that Ray has nothing left to report.
+ABANDON_WAIT_S = 10.0
 NEEDS_RAY = "--cluster needs Ray, an optional part of epi: pip install 'epi[cluster]' (or: pip install ray)"
 
 
@@ -346,17 +348,34 @@ class ClusterIngestor:
             path, display_path = found
             pending[self.task.remote(self.job, str(path), display_path)] = found
         deferred = []
-        while pending:
-            [ref], _ = self.ray.wait(list(pending), num_returns=1)
-            path, display_path = pending.pop(ref)
-            result = self._collect(ref, path, display_path)
-            if result.result.status == "deferred":
-                deferred.append((path, display_path))
-                continue
-            yield self._finished(self._commit(result, progress), progress)
+        try:
+            while pending:
+                [ref], _ = self.ray.wait(list(pending), num_returns=1)
+                path, display_path = pending.pop(ref)
+                result = self._collect(ref, path, display_path)
+                if result.result.status == "deferred":
+                    deferred.append((path, display_path))
+                    continue
+                yield self._finished(self._commit(result, progress), progress)
+        finally:
+            self._abandon(list(pending))
         for path, display_path in deferred:  # the usual checkpoints, from this process
             yield self._finished(self.local.unchanged(path, display_path)
                                  or self.local.ingest_one(path, display_path, progress), progress)
+
+    def _abandon(self, refs: list) -> None:
+        """Cancels the tasks of a run that stopped early (an error, Ctrl-C) and reads how they ended. An error left
+        unread is printed by Ray when its reference is dropped, later, into whatever this process does next."""
+        for ref in refs:
+            try:
+                self.ray.cancel(ref)
+            except Exception:  # noqa: BLE001 - it may have finished already
+                pass
+        for ref in refs:
+            try:
+                self.ray.get(ref, timeout=ABANDON_WAIT_S)
+            except Exception:  # noqa: BLE001 - cancelled, failed or slow: this run no longer wants it
+                pass
 
     def _collect(self, ref, path: Path, display_path: str) -> DocumentResult:
         ray = self.ray
