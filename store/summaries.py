@@ -1,5 +1,5 @@
 """The map: summaries written by an answer model, one per part of a document (a chapter, a section, a code file's
-whole), one per document from its parts' summaries, and one per collection (the documents under one ingested
+whole) and one per section inside a part (a chapter's sections), one per document from its parts' summaries, and one per collection (the documents under one ingested
 folder) from its documents'. Stored beside the events, searchable like them (dense: exact over the stored vectors,
 they are few; lexical: FTS5), removed with their document (ON DELETE CASCADE, and `delete_for_document` for the
 FTS rows), and known stale when the document's content changed since (`content_sha256`).
@@ -19,14 +19,15 @@ import numpy as np
 from .kv_tier import block_key
 from .lexical import TOKENIZE, fts5_document, fts5_query
 
-PART, DOCUMENT, COLLECTION = "part", "document", "collection"
-LEVELS = (PART, DOCUMENT, COLLECTION)
+# A section is one heading below a part (a chapter's sections): summarised beside its part, not into it.
+SECTION, PART, DOCUMENT, COLLECTION = "section", "part", "document", "collection"
+LEVELS = (SECTION, PART, DOCUMENT, COLLECTION)
 
 CREATE_STATEMENTS = [
     """CREATE TABLE summaries (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
         document_id INTEGER REFERENCES documents(id) ON DELETE CASCADE,  -- NULL: a collection's summary
-        level TEXT NOT NULL,          -- part | document | collection
+        level TEXT NOT NULL,          -- section | part | document | collection
         key TEXT NOT NULL UNIQUE,     -- what it covers: document id + section path, or the collection's folder
         label TEXT NOT NULL,          -- how a citation names what it covers: 'ch. 3 "The Betrayal"', 'src/'
         first_ordinal INTEGER, last_ordinal INTEGER,

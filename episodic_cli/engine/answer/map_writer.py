@@ -8,6 +8,9 @@ chapters, sections and files are better clusters than embeddings for books, manu
   cut into parts of about PART_TOKENS.
 - A part longer than what the answer context holds is read in chunks, each summarised (stored too: they stand in
   for what a whole-scope answer cannot read), and the part is summarised from them.
+- A part with two sections or more one heading down (a chapter's sections) also gets a summary of each section of
+  at least SUMMARY_TOKENS tokens, from that section's blocks: what "what does each section of chapter 3 cover?"
+  reads. A shorter section is read as it is: its summary would be as long.
 - Resumable: a summary whose key exists and whose content hash matches the document is not written again, so a
   killed `epi map` goes on where it stopped and nothing is summarised twice.
 """
@@ -20,8 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ...store import DocumentRecord, EventRecord, Store
-from ...store.summaries import (COLLECTION, DOCUMENT, PART, SummaryRecord, collection_key, collection_sha,
-                                document_key, part_key)
+from ...store.summaries import (COLLECTION, DOCUMENT, PART, SECTION, SummaryRecord, collection_key,
+                                collection_sha, document_key, part_key)
 from ..budgets import MAP_PART_TOKENS, SUMMARY_TOKENS
 from ..documents.structure import CODE_KINDS, decode as decode_section, describe_node
 from ..prompt import collection_summary_request, document_summary_request, part_summary_request
@@ -40,6 +43,7 @@ class MapPart:
     label: str               # 'ch. 3 "The Betrayal"', 'lines 1-40'
     events: list[EventRecord]
     chunk: int | None = None  # the chunk's number within its part, when the part is read in chunks
+    level: str = PART         # SECTION: a section inside a part, summarised beside it
 
     @property
     def n_tokens(self) -> int:
@@ -65,7 +69,7 @@ class MapProgress:
     skipped: int = 0   # present already (a resumed run)
     seconds: float = 0.0
     stopped: str | None = None
-    per_level: dict = field(default_factory=lambda: {PART: 0, DOCUMENT: 0, COLLECTION: 0})
+    per_level: dict = field(default_factory=lambda: {SECTION: 0, PART: 0, DOCUMENT: 0, COLLECTION: 0})
 
     def as_json(self) -> dict:
         return {**self.__dict__, "seconds": round(self.seconds, 1)}
@@ -118,8 +122,10 @@ def plan_parts(document: DocumentRecord, events: list[EventRecord], room: int) -
     for path, evs in groups:
         label = ", ".join(describe_node(n) for n in path) if path else _span_label(evs, document.kind)
         part = MapPart(document, path, label, evs)
+        sections = _sections(part, room)
         if part.n_tokens <= room:
             parts.append(part)
+            parts.extend(sections)
             continue
         chunk: list[EventRecord] = []
         n = 0
@@ -134,7 +140,28 @@ def plan_parts(document: DocumentRecord, events: list[EventRecord], room: int) -
         if chunk:
             parts.append(MapPart(document, path, f"{label} ({_span_label(chunk, document.kind)})", chunk,
                                  chunk=len([p for p in parts if p.path == path and p.chunk is not None]) + 1))
+        parts.extend(sections)
     return parts
+
+
+def _sections(part: MapPart, room: int) -> list[MapPart]:
+    """The sections one heading below `part` worth a summary of their own (module docstring), in order; none when
+    the part has fewer than two."""
+    if not part.path:
+        return []
+    depth = len(part.path) + 1
+    groups: dict[str, tuple[list, list[EventRecord]]] = {}
+    for e in part.events:
+        node = _top_node(e, depth)
+        if node is None or len(node) < depth:
+            continue  # the part's own opening, before its first section
+        groups.setdefault(str(node), (node, []))[1].append(e)
+    if len(groups) < 2:
+        return []
+    doc = part.document
+    sections = [MapPart(doc, node, f"{part.label}, {describe_node(node[-1])}", evs, level=SECTION)
+                for node, evs in groups.values()]
+    return [s for s in sections if SUMMARY_TOKENS <= s.n_tokens <= room]
 
 
 def short_name(doc: DocumentRecord) -> str:
@@ -207,7 +234,7 @@ class MapWriter:
                     if not self._fresh(p.key, doc.content_sha256):
                         self._write_part(p)
                         state.written += 1
-                        state.per_level[PART] += 1
+                        state.per_level[p.level] += 1
                     else:
                         state.skipped += 1
                     state.tokens_done += p.n_tokens
@@ -259,8 +286,8 @@ class MapWriter:
         text = self._generate(part_summary_request(part.label, short_name(part.document),
                                                    part.document.kind in CODE_DOCUMENT_KINDS), retrieved)
         if text:
-            self._record(PART, part.key, part.label, text, part.document.content_sha256, part.document, part.events,
-                         part.n_tokens)
+            self._record(part.level, part.key, part.label, text, part.document.content_sha256, part.document,
+                         part.events, part.n_tokens)
 
     def _write_chunked_parts(self, doc: DocumentRecord, parts: list[MapPart], state: MapProgress) -> None:
         """A part read in chunks gets a summary of its own, from its chunks' summaries."""
@@ -290,6 +317,7 @@ class MapWriter:
         key = document_key(doc.id)
         if self._fresh(key, doc.content_sha256):
             return False
+        parts = [p for p in parts if p.level == PART]  # a section's summary is in its part's already
         wholes = [p for p in parts if p.chunk is None]
         if len(wholes) == 1 and not any(p.chunk is not None for p in parts):
             only = self.shelf.get(wholes[0].key)  # one part: the document's summary is that part's

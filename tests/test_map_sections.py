@@ -1,0 +1,66 @@
+"""Which parts and sections the map summarises (engine/answer/map_writer.py, plan_parts): a chapter with two sections
+or more gets a summary of each section long enough to need one, beside the chapter's own; nothing else changes."""
+from episodic_cli.engine.answer.map_writer import plan_parts
+from episodic_cli.engine.budgets import SUMMARY_TOKENS
+from episodic_cli.engine.documents.structure import encode
+from episodic_cli.store.records import DocumentRecord, EventRecord
+from episodic_cli.store.summaries import PART, SECTION
+
+ROOM = 6000
+
+
+def _doc() -> DocumentRecord:
+    return DocumentRecord(path="/m/manual.md", display_path="/m/manual.md", kind="markdown", content_sha256="0" * 64,
+                          n_tokens=1, n_events=1, n_pages=None, n_lines=1, ingest_seconds=0.0, id=1)
+
+
+def _events(places: list[tuple[list, int]]) -> list[EventRecord]:
+    """One event per (section path, tokens), in order."""
+    out, at = [], 0
+    for ordinal, (path, n) in enumerate(places):
+        out.append(EventRecord(ordinal=ordinal, token_start=at, token_end=at + n, char_start=at, char_end=at + n,
+                               page_start=None, page_end=None, line_start=ordinal + 1, line_end=ordinal + 1,
+                               surprise_mean=0.0, surprise_max=0.0, text="x", id=ordinal + 1, document_id=1,
+                               section=encode({"path": path})))
+        at += n
+    return out
+
+
+CH1 = ["chapter", "1", "Using it"]
+CH2 = ["chapter", "2", "The library"]
+BIG = SUMMARY_TOKENS + 50
+
+
+def test_a_chapters_sections_are_summarised_beside_it():
+    events = _events([
+        ([CH1], 120),                                        # the chapter's opening, before its first section
+        ([CH1, ["section", "1.1", "Options"]], BIG),
+        ([CH1, ["section", "1.1", "Options"]], BIG),        # a section of two events is one section
+        ([CH1, ["section", "1.2", "Memory"]], BIG),
+        ([CH1, ["section", "1.3", "Author"]], SUMMARY_TOKENS - 1),  # shorter than its summary: read as it is
+        ([CH2], BIG),                                        # a chapter without sections
+        ([CH2, ["section", "2.1", "Only one"]], BIG),        # ... or with one: nothing beside it
+    ])
+    parts = plan_parts(_doc(), events, ROOM)
+    assert [(p.level, p.label, [e.ordinal for e in p.events]) for p in parts] == [
+        (PART, 'ch. 1 "Using it"', [0, 1, 2, 3, 4]),
+        (SECTION, 'ch. 1 "Using it", §1.1 "Options"', [1, 2]),
+        (SECTION, 'ch. 1 "Using it", §1.2 "Memory"', [3]),
+        (PART, 'ch. 2 "The library"', [5, 6]),
+    ]
+    assert len({p.key for p in parts}) == len(parts)
+
+
+def test_a_chapter_read_in_chunks_keeps_its_sections():
+    # A second chapter, as in every case here: a document's only chapter has its sections as parts (a README's title)
+    events = _events([([CH1, ["section", "1.1", "A"]], 4000), ([CH1, ["section", "1.2", "B"]], 4000), ([CH2], BIG)])
+    parts = plan_parts(_doc(), events, ROOM)
+    assert [(p.level, p.chunk) for p in parts] == [(PART, 1), (PART, 2), (SECTION, None), (SECTION, None),
+                                                   (PART, None)]
+
+
+def test_a_section_longer_than_the_room_is_left_to_the_chapters_chunks():
+    events = _events([([CH1, ["section", "1.1", "A"]], ROOM + 1), ([CH1, ["section", "1.2", "B"]], BIG),
+                      ([CH2], BIG)])
+    assert [(p.level, p.label) for p in plan_parts(_doc(), events, ROOM) if p.level == SECTION] == [
+        (SECTION, 'ch. 1 "Using it", §1.2 "B"')]
