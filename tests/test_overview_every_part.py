@@ -25,6 +25,7 @@ from test_store import IDENTITY, make_doc, unit
     "List the chapters and what happens in them.",
     "What happens in each of the first six chapters?",
     "What is in every file of the tenacity package?",  # a package named: its files' summaries
+    "What does each section of the manual cover?",
 ])
 def test_each_part_in_turn_reads_the_map(question):
     assert asks_each_part(question) and classify(question) is QuestionKind.OVERVIEW
@@ -36,6 +37,8 @@ def test_each_part_in_turn_reads_the_map(question):
     ("Does every file need a licence header?", QuestionKind.LOOKUP),
     ("What does bzip2 do with each of the files?", QuestionKind.LOOKUP),
     ("Summarise each section of chapter 3.", QuestionKind.WHOLE),  # a part is named: read it whole
+    ("What does each section of chapter 3 cover?", QuestionKind.WHOLE),
+    ("What does each option do?", QuestionKind.EXPLAIN),  # options are not parts of a document
 ])
 def test_parts_that_are_not_asked_about_in_turn(question, kind):
     assert classify(question) is kind

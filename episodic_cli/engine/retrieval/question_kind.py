@@ -79,6 +79,7 @@ _EACH_PART_RE = re.compile(
     r"handles?|means?|provides?|offers?)\b"
     rf"|\bwhat(?:'s|\s+is|\s+happens|\s+goes\s+on)\s+in\s+{_EACH}{_PARTS}\b"
     rf"|\bwhat\s+(?:is|are)\s+{_EACH}{_PARTS}\b[^?]{{0,80}}\babout\b"
+    rf"|\bwhat\s+(?:does|do)\s+{_EACH}{_PARTS}\b[^?]{{0,80}}\b(?:cover|contain|hold|say|describe|explain|do)\b"
     rf"|\b(?:summar\w*|describe|explain|outline|tell\s+me\s+about|go\s+through|walk\s+(?:me\s+)?through)\s+(?:of\s+)?"
     rf"(?:{_EACH}|all\s+(?:of\s+)?(?:the\s+)?){_PARTS}\b"
     rf"|\b{_PARTS}\s+(?:one\s+by\s+one|in\s+turn)\b"
@@ -102,7 +103,7 @@ def classify(question: str, scope: Scope | None = None, titled: bool = False) ->
     if not structural and each_part:  # "every file of the tenacity package": its files' map
         return QuestionKind.OVERVIEW
     names_part = structural or bool(scope.files) or bool(scope.symbols)
-    if structural and each_part:  # "each section of chapter 2": that chapter, read whole
+    if structural and each_part:  # "each section of chapter 2": its sections' summaries, or that chapter whole
         return QuestionKind.WHOLE
     if names_part and _WHOLE_RE.search(question):
         return QuestionKind.WHOLE
