@@ -450,11 +450,12 @@ class Workspace:
         started = time.perf_counter()
         options = self.resolve(store, options)
         search = search or question
-        scope = self.scope(store, search, options.docs)
+        parsed = parse_scope(search)
+        scope = resolve_scope(store, parsed, options.docs)
         kind = options.kind
         if kind is None:
             kind = (QuestionKind.LOOKUP if options.layered or options.epman
-                    else classify(search, parse_scope(search), scope.titled))
+                    else classify(search, parsed, scope.titled))
         if kind is QuestionKind.WHOLE:
             found = self._ask_whole(store, question, search, scope, options, history, started, should_stop)
             if found is not None:
