@@ -1,6 +1,7 @@
 """Questions about the whole, run for real through the CLI with the bundled model: a chapter read whole in order,
 the map written (and resumed without rewriting anything), an overview question answered from it and cited as
-summaries, a follow-up with --continue rewritten for retrieval, the map removed with its document."""
+summaries, a follow-up with --continue rewritten for retrieval, the map removed with its document, and each section
+of a chapter answered from its sections' summaries."""
 from __future__ import annotations
 
 import json
@@ -113,3 +114,51 @@ def test_the_map_is_written_once_read_by_overview_questions_and_removed_with_its
     assert runner.invoke(app, ["rm", str(book), "--store", str(store)]).exit_code == 0
     with Store.open_existing(store) as st:
         assert st.summaries().count() == 0
+
+
+MANUAL_SECTIONS = {"1.1": "Mooring", "1.2": "Tides", "1.3": "Signals"}
+
+
+def _manual() -> str:
+    parts = ["# 1 Harbour rules\n", "\n".join(prose_lines(seed=70, n=6)) + "\n"]
+    for k, (number, title) in enumerate(MANUAL_SECTIONS.items()):
+        parts.append(f"## {number} {title}\n\n" + "\n".join(prose_lines(seed=71 + k, n=30)) + "\n")
+    parts.append("# 2 The river\n\n" + "\n".join(prose_lines(seed=80, n=30)) + "\n")
+    return "\n".join(parts)
+
+
+@pytest.fixture(scope="module")
+def manual_store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("manual")
+    manual = root / "harbour-manual.md"
+    manual.write_text(_manual(), encoding="utf-8")
+    store = root / "store"
+    result = runner.invoke(app, ["ingest", str(manual), "--store", str(store), "--json"])
+    assert result.exit_code == 0, result.output
+    return store
+
+
+def test_each_section_of_a_chapter_is_answered_from_its_sections_summaries(manual_store):
+    ask = ["ask", 'What does each section of the "Harbour rules" chapter cover?', "--store", str(manual_store),
+           "--json"]
+    before = json.loads(runner.invoke(app, ask).stdout)
+    assert before["read"].startswith("read all of ")  # no map yet: the chapter is read whole
+
+    result = runner.invoke(app, ["map", "--store", str(manual_store), "--json"])
+    assert result.exit_code == 0, result.output
+    written = json.loads(result.stdout.strip().splitlines()[-1])
+    assert written["per_level"]["section"] == len(MANUAL_SECTIONS) and written["per_level"]["part"] == 2
+    with Store.open_existing(manual_store) as st:
+        (doc,) = st.documents()
+        events = st.events_of(doc.id)
+        summaries = {s.label: s for s in st.summaries().all()}
+    assert {label for label, s in summaries.items() if s.level == "section"} == {
+        f'§1 "Harbour rules", §{n} "{t}"' for n, t in MANUAL_SECTIONS.items()}
+    document = next(s for s in summaries.values() if s.level == "document")
+    assert (document.first_ordinal, document.last_ordinal) == (events[0].ordinal, events[-1].ordinal)
+
+    answer = json.loads(runner.invoke(app, ask).stdout)
+    assert answer["kind"] == "whole" and answer["read"].startswith(f"read {len(MANUAL_SECTIONS)} section summaries")
+    cited = [s["summary_of"] for s in answer["sources"] if s["summary_of"]]
+    assert cited[0] == '§1 "Harbour rules"'  # the chapter's own summary first, then its sections in order
+    assert cited[1:] == [f'§1 "Harbour rules", §{n} "{t}"' for n, t in MANUAL_SECTIONS.items()]

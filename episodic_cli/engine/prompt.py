@@ -152,6 +152,14 @@ def overview_request(question: str, every_part: bool = False) -> str:
             "Answer from them in a few sentences, using the names exactly as they write them.)")
 
 
+def each_section_request(question: str, described: str) -> str:
+    """A question about each section of a named part, read from the map's section summaries."""
+    return (f"{question}\n\n(The sources are summaries of the sections of {described}, in order, after a summary of "
+            "the whole where there is one; a short section is given as it is written. Answer section by section, in "
+            "order, one short line for each, naming the section as its summary is labelled and using the names "
+            "exactly as the sources write them.)")
+
+
 def part_summary_request(label: str, document: str, code: bool) -> str:
     if code:
         return (f"Summarise the source file {document} above in 2-4 sentences: what it is for, its main classes and "

@@ -49,11 +49,11 @@ from .retrieval.scope import resolve as resolve_scope
 from .retrieval.weights import episodic_weights
 from .answer.map_writer import MapProgress, MapWriter
 from .answer.condense import Condenser, search_for
-from .prompt import notes_answer_request, overview_request, whole_scope_request
+from .prompt import each_section_request, notes_answer_request, overview_request, whole_scope_request
 from .retrieval.question_kind import QuestionKind, asks_each_part, classify
 from .retrieval.summary_sources import overview as overview_summaries
 from .retrieval.summary_sources import summary_sources
-from .retrieval.whole_scope import enclosing, read_scope
+from .retrieval.whole_scope import enclosing, read_scope, read_sections
 
 LAYERED_UNAVAILABLE = ("--layered needs epi's patched llama.cpp, and this llama-cpp-python lacks the patch: run "
                        "./install.sh from epi's source folder (`epi doctor` says whether the patch is in)")
@@ -457,7 +457,11 @@ class Workspace:
             kind = (QuestionKind.LOOKUP if options.layered or options.epman
                     else classify(search, parsed, scope.titled))
         if kind is QuestionKind.WHOLE:
-            found = self._ask_whole(store, question, search, scope, options, history, started, should_stop)
+            found = None
+            if asks_each_part(search):  # "each section of chapter 3": its sections' summaries, where the map has them
+                found = self._ask_each_section(store, question, search, scope, options, history, started,
+                                               should_stop)
+            found = found or self._ask_whole(store, question, search, scope, options, history, started, should_stop)
             if found is not None:
                 return found
         elif kind is QuestionKind.OVERVIEW:
@@ -532,15 +536,54 @@ class Workspace:
         asked = self._asked_tokens(request, history)
         return self.whole_context - WHOLE_ANSWER_TOKENS - max(QUESTION_ROOM, asked + PROMPT_OVERHEAD)
 
+    @staticmethod
+    def _named_events(scope: Restriction) -> set[int] | None:
+        """The events of the part a question names (None or empty: it names none that resolved)."""
+        ids = scope.allowed
+        if scope.boosted:
+            ids = scope.boosted if ids is None else (scope.boosted & ids) or ids
+        return ids
+
+    def _ask_each_section(self, store: Store, question: str, search: str, scope: Restriction, options: AskOptions,
+                          history: list[dict[str, str]] | None, started: float,
+                          should_stop: Callable[[], bool] | None) -> tuple[AskResult, Iterator[str]] | None:
+        """A question about each section of a named part: the map's summaries of its sections, in order
+        (whole_scope.read_sections). None when the map has none for it (the part is then read whole)."""
+        ids = self._named_events(scope)
+        if not ids:
+            return None
+        what = scope.described or "the part named"
+        request = each_section_request(question, what)
+        reading = read_sections(store, ids, self._whole_room(request, history),
+                                tokens_of=lambda t: len(self.model.tokenize(t)))
+        if reading is None:
+            return None
+        retrieved = reading.events
+        for r in retrieved:
+            r.cited_section = scope.cited_section(r.section) if scope.places and r.summary is None else None
+        self._note_retrieved(store, [r.event.id for r in retrieved if r.summary is None])
+        answer = Answer()
+        answer.timings.retrieve_s = time.perf_counter() - started
+        n = len(reading.stand_ins)
+        passages = sum(r.summary is None for r in retrieved)
+        described = f"read {n} section summaries of {what}" + (
+            f" and {passages} passage{'s' if passages != 1 else ''} they do not cover" if passages else "")
+        result = AskResult(question, options.mode, retrieved, answer, scope, kind=QuestionKind.WHOLE,
+                           reading=described, search=search if search != question else None)
+        answerer = self.answerer(options.mode, store, whole=True)
+        # A line for each section, as an answer about each part in turn (_ask_overview).
+        limit = min(max(WHOLE_ANSWER_TOKENS, EVERY_PART_LINE_TOKENS * len(retrieved)), EVERY_PART_ANSWER_TOKENS)
+        stream = answerer.stream(request, retrieved, history, started, answer,
+                                 max_tokens=capped(limit, options.answer_tokens), should_stop=should_stop)
+        return result, self._timing_cold(stream, answerer)
+
     def _ask_whole(self, store: Store, question: str, search: str, scope: Restriction, options: AskOptions,
                    history: list[dict[str, str]] | None, started: float, should_stop: Callable[[], bool] | None,
                    kind: QuestionKind = QuestionKind.WHOLE) -> tuple[AskResult, Iterator[str]] | None:
         """A question about a named part as a whole: the part read in document order from its blocks, as far as the
         whole-scope context holds (engine/retrieval/whole_scope.py). None when the question names no part that
         resolved to events (it is then answered as a lookup)."""
-        ids = scope.allowed
-        if scope.boosted:
-            ids = scope.boosted if ids is None else (scope.boosted & ids) or ids
+        ids = self._named_events(scope)
         if not ids:
             return None
         parsed = parse_scope(search)
@@ -604,7 +647,7 @@ class Workspace:
         answer.timings.retrieve_s = time.perf_counter() - started
         levels = {s.level for s in chosen}
         reading = f"read {len(chosen)} summar{'y' if len(chosen) == 1 else 'ies'} of the map (" + ", ".join(
-            f"{sum(s.level == lv for s in chosen)} {lv}" for lv in ("collection", "document", "part")
+            f"{sum(s.level == lv for s in chosen)} {lv}" for lv in ("collection", "document", "part", "section")
             if lv in levels) + ")"
         result = AskResult(question, options.mode, retrieved, answer, scope, kind=QuestionKind.OVERVIEW,
                            reading=reading, search=search if search != question else None)

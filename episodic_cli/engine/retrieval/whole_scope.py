@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...store import Store
-from ...store.summaries import PART, SummaryRecord
+from ...store.summaries import PART, SECTION, SummaryRecord
 from .retrieve import RetrievedEvent, fuse
 from .summary_sources import summary_event, summary_text
 
@@ -75,10 +75,51 @@ def read_scope(store: Store, ids: set[int], query: np.ndarray, text: str, room: 
     return ScopeReading(read, total, used, [s for s, _ in stand_ins])
 
 
+def read_sections(store: Store, ids: set[int], room: int, tokens_of=None) -> ScopeReading | None:
+    """A question about each section of a named part: the map's summaries of its sections, in document order, with
+    the part's own summary first and what no section summary covers (the part's opening, a short section) read as
+    it is. None when the map has fewer than two section summaries inside the events `ids`, or they do not fit `room`
+    tokens (the part is then read as any named part is)."""
+    events = store.get_events(sorted(ids), [])
+    docs = {d: store.get_document(d) for d in {e.document_id for e in events}}
+    in_scope: dict[int, set[int]] = {}
+    for e in events:
+        in_scope.setdefault(e.document_id, set()).add(e.ordinal)
+    sections, parts = [], []
+    for doc_id, ordinals in in_scope.items():
+        for s in store.summaries().of_document(doc_id):
+            if s.first_ordinal is None or s.content_sha256 != docs[doc_id].content_sha256:
+                continue
+            covered = set(range(s.first_ordinal, s.last_ordinal + 1))
+            if s.level == SECTION and covered <= ordinals:
+                sections.append(s)
+            elif s.level == PART and covered == ordinals:
+                parts.append(s)
+    if len(sections) < 2:
+        return None
+    size = (lambda t: tokens_of(t)) if tokens_of else (lambda t: len(t) // 4)
+    read: list[RetrievedEvent] = [summary_event(s, docs[s.document_id], size(summary_text(s))) for s in parts]
+    by_start = {(s.document_id, s.first_ordinal): s for s in sections}
+    skip: set[tuple[int, int]] = set()
+    for e in sorted(events, key=lambda e: (docs[e.document_id].display_path, e.ordinal)):
+        s = by_start.get((e.document_id, e.ordinal))
+        if s is not None:
+            read.append(summary_event(s, docs[e.document_id], size(summary_text(s))))
+            skip |= {(e.document_id, o) for o in range(s.first_ordinal, s.last_ordinal + 1)}
+        elif (e.document_id, e.ordinal) not in skip:
+            read.append(RetrievedEvent(e, docs[e.document_id], None, None))
+    used = sum(r.n_tokens for r in read)
+    if used > room:
+        return None
+    total = sum(e.token_end - e.token_start for e in events)
+    own = sum(r.n_tokens for r in read if r.summary is None)
+    return ScopeReading(read, total, own, sections)
+
+
 def _stand_ins(store: Store, items: list[RetrievedEvent], left: list[RetrievedEvent], room: int, tokens_of
                ) -> list[tuple[SummaryRecord, int]]:
-    """Part (and chunk) summaries inside the scope that cover unread events, those covering most unread events
-    first, within `room` tokens."""
+    """Part, chunk and section summaries inside the scope that cover unread events, those covering most unread
+    events first, within `room` tokens."""
     if not left:
         return []
     unread: dict[int, set[int]] = {}
@@ -89,7 +130,7 @@ def _stand_ins(store: Store, items: list[RetrievedEvent], left: list[RetrievedEv
     for doc_id, ordinals in unread.items():
         in_scope = {r.event.ordinal for r in items if r.document.id == doc_id}
         for s in store.summaries().of_document(doc_id):
-            if s.level != PART or s.first_ordinal is None or s.content_sha256 != shas[doc_id]:
+            if s.level not in (PART, SECTION) or s.first_ordinal is None or s.content_sha256 != shas[doc_id]:
                 continue
             covered = set(range(s.first_ordinal, s.last_ordinal + 1))
             if covered & ordinals and covered <= in_scope:
