@@ -64,3 +64,12 @@ def test_a_section_longer_than_the_room_is_left_to_the_chapters_chunks():
                       ([CH2], BIG)])
     assert [(p.level, p.label) for p in plan_parts(_doc(), events, ROOM) if p.level == SECTION] == [
         (SECTION, 'ch. 1 "Using it", §1.2 "B"')]
+
+
+def test_a_title_over_everything_is_left_out_of_the_labels():
+    title = ["section", None, "Version"]  # a Texinfo manual's Top node over its chapters
+    events = _events([([title], 50), ([title, CH1], BIG), ([title, CH1, ["section", "1.1", "A"]], BIG),
+                      ([title, CH1, ["section", "1.2", "B"]], BIG), ([title, CH2], BIG)])
+    assert [p.label for p in plan_parts(_doc(), events, ROOM)] == [
+        '"Version"', 'ch. 1 "Using it"', 'ch. 1 "Using it", §1.1 "A"', 'ch. 1 "Using it", §1.2 "B"',
+        'ch. 2 "The library"']

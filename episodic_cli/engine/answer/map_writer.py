@@ -98,10 +98,10 @@ def plan_parts(document: DocumentRecord, events: list[EventRecord], room: int) -
     """The parts of one document to summarise, in order; a part over `room` tokens is returned as its chunks."""
     if not events:
         return []
+    depth = 1
     if document.kind in CODE_DOCUMENT_KINDS:
         groups = [(None, events)]
     else:
-        depth = 1
         tops = {str(_top_node(e, 1)) for e in events if _top_node(e, 1)}
         if len(tops) == 1 and any(_top_node(e, 2) and len(_top_node(e, 2)) == 2 for e in events):
             depth = 2  # one title over everything (a README's "# name"): its sections are the parts
@@ -120,7 +120,10 @@ def plan_parts(document: DocumentRecord, events: list[EventRecord], room: int) -
                 groups[-1][1].append(e)
     parts = []
     for path, evs in groups:
-        label = ", ".join(describe_node(n) for n in path) if path else _span_label(evs, document.kind)
+        # Under one title over everything, the title is the document's, not the part's: a manual's parts were
+        # labelled '"Version", §6 "Legal Matters"' and summarised as "the Version section".
+        shown = (path[depth - 1:] or path) if path else None
+        label = ", ".join(describe_node(n) for n in shown) if shown else _span_label(evs, document.kind)
         part = MapPart(document, path, label, evs)
         sections = _sections(part, room)
         if part.n_tokens <= room:
