@@ -30,15 +30,20 @@ def _book() -> str:
     return "\n\n".join(parts) + "\n"
 
 
+def _ingested(tmp_path_factory, name: str, text: str):
+    """(store, document): `text` written as `name` and ingested at the defaults into a store of its own."""
+    root = tmp_path_factory.mktemp(name.split(".")[0])
+    document = root / name
+    document.write_text(text, encoding="utf-8")
+    store = root / "store"
+    result = runner.invoke(app, ["ingest", str(document), "--store", str(store), "--json"])
+    assert result.exit_code == 0, result.output
+    return store, document
+
+
 @pytest.fixture(scope="module")
 def book_store(tmp_path_factory):
-    root = tmp_path_factory.mktemp("whole")
-    book = root / "river-book.txt"
-    book.write_text(_book(), encoding="utf-8")
-    store = root / "store"
-    result = runner.invoke(app, ["ingest", str(book), "--store", str(store), "--json"])
-    assert result.exit_code == 0, result.output
-    return store, book
+    return _ingested(tmp_path_factory, "river-book.txt", _book())
 
 
 def _chapter_events(store, n: int) -> list[int]:
@@ -129,13 +134,7 @@ def _manual() -> str:
 
 @pytest.fixture(scope="module")
 def manual_store(tmp_path_factory):
-    root = tmp_path_factory.mktemp("manual")
-    manual = root / "harbour-manual.md"
-    manual.write_text(_manual(), encoding="utf-8")
-    store = root / "store"
-    result = runner.invoke(app, ["ingest", str(manual), "--store", str(store), "--json"])
-    assert result.exit_code == 0, result.output
-    return store
+    return _ingested(tmp_path_factory, "harbour-manual.md", _manual())[0]
 
 
 def test_each_section_of_a_chapter_is_answered_from_its_sections_summaries(manual_store):

@@ -544,6 +544,17 @@ class Workspace:
             ids = scope.boosted if ids is None else (scope.boosted & ids) or ids
         return ids
 
+    def _begin_part_answer(self, store: Store, scope: Restriction, retrieved: list[RetrievedEvent],
+                           started: float) -> Answer:
+        """What reading a named part does before answering: its events cited by the part named, counted as
+        retrieved; the answer, timed from the question."""
+        for r in retrieved:
+            r.cited_section = scope.cited_section(r.section) if scope.places and r.summary is None else None
+        self._note_retrieved(store, [r.event.id for r in retrieved if r.summary is None])
+        answer = Answer()
+        answer.timings.retrieve_s = time.perf_counter() - started
+        return answer
+
     def _ask_each_section(self, store: Store, question: str, search: str, scope: Restriction, options: AskOptions,
                           history: list[dict[str, str]] | None, started: float,
                           should_stop: Callable[[], bool] | None) -> tuple[AskResult, Iterator[str]] | None:
@@ -559,11 +570,7 @@ class Workspace:
         if reading is None:
             return None
         retrieved = reading.events
-        for r in retrieved:
-            r.cited_section = scope.cited_section(r.section) if scope.places and r.summary is None else None
-        self._note_retrieved(store, [r.event.id for r in retrieved if r.summary is None])
-        answer = Answer()
-        answer.timings.retrieve_s = time.perf_counter() - started
+        answer = self._begin_part_answer(store, scope, retrieved, started)
         n = len(reading.stand_ins)
         passages = sum(r.summary is None for r in retrieved)
         described = f"read {n} section summaries of {what}" + (
@@ -595,11 +602,7 @@ class Workspace:
         code = all(r.document.kind == "code" for r in reading.events if r.summary is None)
         request = whole_scope_request(question, what, reading.complete, code)
         retrieved = reading.events
-        for r in retrieved:
-            r.cited_section = scope.cited_section(r.section) if scope.places and r.summary is None else None
-        self._note_retrieved(store, [r.event.id for r in retrieved if r.summary is None])
-        answer = Answer()
-        answer.timings.retrieve_s = time.perf_counter() - started
+        answer = self._begin_part_answer(store, scope, retrieved, started)
         mode = options.mode
         result = AskResult(question, mode, retrieved, answer, scope, kind=kind,
                            reading=reading.described(what), search=search if search != question else None)
