@@ -93,10 +93,16 @@ def read_sections(store: Store, ids: set[int], room: int, tokens_of=None) -> Sco
             covered = set(range(s.first_ordinal, s.last_ordinal + 1))
             if s.level == SECTION and covered <= ordinals:
                 sections.append(s)
-            elif s.level == PART and covered == ordinals:
+            elif s.level == PART and covered <= ordinals:
                 parts.append(s)
     if len(sections) < 2:
         return None
+    # The part's own summary: one inside the scope over all its sections (the scope may hold an event more, one that
+    # starts in the part before), not a chunk of it.
+    spans = {(s.document_id, o) for s in sections for o in range(s.first_ordinal, s.last_ordinal + 1)}
+    parts = [p for p in parts
+             if {(p.document_id, o) for o in range(p.first_ordinal, p.last_ordinal + 1)} >= {
+                 x for x in spans if x[0] == p.document_id}]
     size = (lambda t: tokens_of(t)) if tokens_of else (lambda t: len(t) // 4)
     read: list[RetrievedEvent] = [summary_event(s, docs[s.document_id], size(summary_text(s))) for s in parts]
     by_start = {(s.document_id, s.first_ordinal): s for s in sections}
