@@ -156,7 +156,7 @@ def each_section_request(question: str, described: str) -> str:
     """A question about each section of a named part, read from the map's section summaries."""
     return (f"{question}\n\n(The sources are summaries of the sections of {described}, in order, after a summary of "
             "the whole where there is one; a short section is given as it is written. Answer section by section, in "
-            "order, one short line for each, naming the section as its summary is labelled and using the names "
+            "order, one line for each: the section's number and title, then what it covers, using the names "
             "exactly as the sources write them.)")
 
 
@@ -166,6 +166,12 @@ def part_summary_request(label: str, document: str, code: bool) -> str:
                 "functions, and how they work together. Use the names exactly as written.")
     return (f"Summarise {label} of {document} above in 3-5 sentences: who or what it is about and what happens or "
             "what it explains, in order. Name the people, places and things exactly as the text does.")
+
+
+def section_summary_request(label: str, document: str) -> str:
+    """A section inside a part: a line or two, what an answer about each section of the part repeats."""
+    return (f"In 1-2 sentences, say what {label} of {document} above covers: its topic and the main things it tells "
+            "the reader. Name things exactly as the text does.")
 
 
 def document_summary_request(document: str, code: bool) -> str:

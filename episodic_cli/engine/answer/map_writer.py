@@ -9,8 +9,8 @@ chapters, sections and files are better clusters than embeddings for books, manu
 - A part longer than what the answer context holds is read in chunks, each summarised (stored too: they stand in
   for what a whole-scope answer cannot read), and the part is summarised from them.
 - A part with two sections or more one heading down (a chapter's sections) also gets a summary of each section of
-  at least SUMMARY_TOKENS tokens, from that section's blocks: what "what does each section of chapter 3 cover?"
-  reads. A shorter section is read as it is: its summary would be as long.
+  at least SUMMARY_TOKENS tokens, from that section's blocks, in a sentence or two: what "what does each section of
+  chapter 3 cover?" reads. A shorter section is read as it is: its summary would be as long.
 - Resumable: a summary whose key exists and whose content hash matches the document is not written again, so a
   killed `epi map` goes on where it stopped and nothing is summarised twice.
 """
@@ -27,7 +27,8 @@ from ...store.summaries import (COLLECTION, DOCUMENT, PART, SECTION, SummaryReco
                                 collection_sha, document_key, part_key)
 from ..budgets import MAP_PART_TOKENS, SUMMARY_TOKENS
 from ..documents.structure import CODE_KINDS, decode as decode_section, describe_node
-from ..prompt import collection_summary_request, document_summary_request, part_summary_request
+from ..prompt import (collection_summary_request, document_summary_request, part_summary_request,
+                      section_summary_request)
 from ..retrieval.retrieve import RetrievedEvent
 from .kv_mode import KVModeAnswerer
 from .records import Answer
@@ -286,8 +287,9 @@ class MapWriter:
     def _write_part(self, part: MapPart) -> None:
         """A part (or a chunk of one) from its events' KV blocks, in document order."""
         retrieved = [RetrievedEvent(e, part.document, None, None) for e in part.events]
-        text = self._generate(part_summary_request(part.label, short_name(part.document),
-                                                   part.document.kind in CODE_DOCUMENT_KINDS), retrieved)
+        request = section_summary_request(part.label, short_name(part.document)) if part.level == SECTION else \
+            part_summary_request(part.label, short_name(part.document), part.document.kind in CODE_DOCUMENT_KINDS)
+        text = self._generate(request, retrieved)
         if text:
             self._record(part.level, part.key, part.label, text, part.document.content_sha256, part.document,
                          part.events, part.n_tokens)
