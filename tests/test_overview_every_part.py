@@ -38,6 +38,9 @@ def test_each_part_in_turn_reads_the_map(question):
     ("What does bzip2 do with each of the files?", QuestionKind.LOOKUP),
     ("Summarise each section of chapter 3.", QuestionKind.WHOLE),  # a part is named: read it whole
     ("What does each section of chapter 3 cover?", QuestionKind.WHOLE),
+    ("Go through the sections of chapter 9 one by one.", QuestionKind.WHOLE),
+    ("Walk me through the sections of chapter 4.", QuestionKind.WHOLE),
+    ("Describe the section on memory.", QuestionKind.EXPLAIN),  # one section, found by search
     ("What does each option do?", QuestionKind.EXPLAIN),  # options are not parts of a document
 ])
 def test_parts_that_are_not_asked_about_in_turn(question, kind):

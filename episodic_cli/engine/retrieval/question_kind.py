@@ -81,8 +81,8 @@ _EACH_PART_RE = re.compile(
     rf"|\bwhat\s+(?:is|are)\s+{_EACH}{_PARTS}\b[^?]{{0,80}}\babout\b"
     rf"|\bwhat\s+(?:does|do)\s+{_EACH}{_PARTS}\b[^?]{{0,80}}\b(?:cover|contain|hold|say|describe|explain|do)\b"
     rf"|\b(?:summar\w*|describe|explain|outline|tell\s+me\s+about|go\s+through|walk\s+(?:me\s+)?through)\s+(?:of\s+)?"
-    rf"(?:{_EACH}|all\s+(?:of\s+)?(?:the\s+)?){_PARTS}\b"
-    rf"|\b{_PARTS}\s+(?:one\s+by\s+one|in\s+turn)\b"
+    rf"(?:{_EACH}|all\s+(?:of\s+)?(?:the\s+)?|the\s+(?=\w+s\b)){_PARTS}\b"
+    rf"|\b{_PARTS}(?:\s+(?:of|in)\s+[^?]{{1,60}}?)?\s+(?:one\s+by\s+one|in\s+turn)\b"
     r"|\b(?:chapter|section|module|file|part)\s+by\s+(?:chapter|section|module|file|part)\b"
     rf"|\bwhich\s+{_PARTS}\s+(?:does|do|is|are)\s+what\b"
     rf"|\blist\s+(?:all\s+)?(?:of\s+)?the\s+{_PARTS}\b(?!\s+(?:that|which|where|whose|with|without|named))",
