@@ -168,10 +168,11 @@ def part_summary_request(label: str, document: str, code: bool) -> str:
             "what it explains, in order. Name the people, places and things exactly as the text does.")
 
 
-def section_summary_request(label: str, document: str) -> str:
-    """A section inside a part: a line or two, what an answer about each section of the part repeats."""
-    return (f"In 1-2 sentences, say what {label} of {document} above covers: its topic and the main things it tells "
-            "the reader. Name things exactly as the text does.")
+def section_summary_request(section: str, part: str, document: str) -> str:
+    """A section inside a part: a line or two, what an answer about each section of the part repeats. The section is
+    named before its part: named after it, the 1.5B model summarised the part (docs/heldout.md)."""
+    return (f"In 1-2 sentences, say what the section {section} (in {part} of {document}) above covers: its topic and "
+            "the main things it tells the reader. Name things exactly as the text does.")
 
 
 def document_summary_request(document: str, code: bool) -> str:

@@ -45,6 +45,7 @@ class MapPart:
     events: list[EventRecord]
     chunk: int | None = None  # the chunk's number within its part, when the part is read in chunks
     level: str = PART         # SECTION: a section inside a part, summarised beside it
+    within: str = ""          # a section's part, as labelled
 
     @property
     def n_tokens(self) -> int:
@@ -163,7 +164,7 @@ def _sections(part: MapPart, room: int) -> list[MapPart]:
     if len(groups) < 2:
         return []
     doc = part.document
-    sections = [MapPart(doc, node, f"{part.label}, {describe_node(node[-1])}", evs, level=SECTION)
+    sections = [MapPart(doc, node, f"{part.label}, {describe_node(node[-1])}", evs, level=SECTION, within=part.label)
                 for node, evs in groups.values()]
     return [s for s in sections if SUMMARY_TOKENS <= s.n_tokens <= room]
 
@@ -287,8 +288,11 @@ class MapWriter:
     def _write_part(self, part: MapPart) -> None:
         """A part (or a chunk of one) from its events' KV blocks, in document order."""
         retrieved = [RetrievedEvent(e, part.document, None, None) for e in part.events]
-        request = section_summary_request(part.label, short_name(part.document)) if part.level == SECTION else \
-            part_summary_request(part.label, short_name(part.document), part.document.kind in CODE_DOCUMENT_KINDS)
+        if part.level == SECTION:
+            request = section_summary_request(describe_node(part.path[-1]), part.within, short_name(part.document))
+        else:
+            request = part_summary_request(part.label, short_name(part.document),
+                                           part.document.kind in CODE_DOCUMENT_KINDS)
         text = self._generate(request, retrieved)
         if text:
             self._record(part.level, part.key, part.label, text, part.document.content_sha256, part.document,
