@@ -578,8 +578,11 @@ class Workspace:
         result = AskResult(question, options.mode, retrieved, answer, scope, kind=QuestionKind.WHOLE,
                            reading=described, search=search if search != question else None)
         answerer = self.answerer(options.mode, store, whole=True)
-        # A line for each section, as an answer about each part in turn (_ask_overview).
-        limit = min(max(WHOLE_ANSWER_TOKENS, EVERY_PART_LINE_TOKENS * len(retrieved)), EVERY_PART_ANSWER_TOKENS)
+        # A line for each section: the 1.5B model repeats the section summaries it read, so there is room for them
+        # all and a line more each, up to the cap (docs/heldout.md, "Each section of a part").
+        repeated = sum(r.n_tokens for r in retrieved if r.summary is not None)
+        limit = min(max(WHOLE_ANSWER_TOKENS, repeated + EVERY_PART_LINE_TOKENS * len(retrieved)),
+                    EVERY_PART_ANSWER_TOKENS)
         stream = answerer.stream(request, retrieved, history, started, answer,
                                  max_tokens=capped(limit, options.answer_tokens), should_stop=should_stop)
         return result, self._timing_cold(stream, answerer)
