@@ -40,6 +40,7 @@ def test_each_part_in_turn_reads_the_map(question):
     ("What does each section of chapter 3 cover?", QuestionKind.WHOLE),
     ("Go through the sections of chapter 9 one by one.", QuestionKind.WHOLE),
     ("Walk me through the sections of chapter 4.", QuestionKind.WHOLE),
+    ("Give a one-line description of every section in chapter 13.", QuestionKind.WHOLE),
     ("Describe the section on memory.", QuestionKind.EXPLAIN),  # one section, found by search
     ("What does each option do?", QuestionKind.EXPLAIN),  # options are not parts of a document
 ])

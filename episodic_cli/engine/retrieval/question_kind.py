@@ -75,6 +75,7 @@ _EACH = r"(?:each|every)\s+(?:(?:one\s+)?of\s+(?:the|its|these)\s+(?:(?:first|la
 _NAMED_WHOLE = _WHOLE_THING.replace(r"\s+(?:whole\s+|entire\s+)?", r"\s+(?:whole\s+|entire\s+|[\w.-]+\s+)?", 1)
 _EACH_PART_RE = re.compile(
     rf"\b{_EACH}{_PARTS}\s+(?:of|in)\s+{_NAMED_WHOLE}\b"
+    rf"|\b{_EACH}{_PARTS}\s+(?:of|in)\s+(?:chapter|section|part|appendix)\s+[\w.]+"  # "every section in chapter 13"
     rf"|\b{_EACH}{_PARTS}\s+(?:is|are|does|do|covers?|contains?|holds?|says?|describes?|deals?|"
     r"handles?|means?|provides?|offers?)\b"
     rf"|\bwhat(?:'s|\s+is|\s+happens|\s+goes\s+on)\s+in\s+{_EACH}{_PARTS}\b"
