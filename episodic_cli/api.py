@@ -253,7 +253,7 @@ class Document(_Record):
 class Summary(_Record):
     """A summary of the map (`epi map`): of a part (chapter, section, code file), a document or a collection."""
 
-    level: str                    # "part", "document" or "collection"
+    level: str                    # "section" (inside a part), "part", "document" or "collection"
     label: str                    # what it covers: 'ch. 3 "The Betrayal"', 'lines 1-40', 'src/'
     document: str | None          # None: a collection's
     citation: str

@@ -451,10 +451,11 @@ def map_command(
     threads: ThreadsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Write the map: the answer model summarises each chapter, section and code file from its KV blocks, then each
-    document from its parts' summaries, then each ingested folder from its documents'. Questions about the whole
-    ("what is this book about", "what does this library do", "summarise chapter 3") read them; they are searchable
-    like any passage and cited as summaries.
+    """Write the map: the answer model summarises each chapter, section and code file from its KV blocks (and the
+    sections inside a chapter, a line or two each), then each document from its parts' summaries, then each
+    ingested folder from its documents'. Questions about the whole ("what is this book about", "what does this
+    library do", "what does each section of chapter 3 cover") read them; they are searchable like any passage and
+    cited as summaries.
 
     `epi ingest` writes the map of new documents itself (`--no-map` skips it). Resumable: Ctrl-C or a crash keeps
     what is written, and running it again goes on without summarising anything twice; a changed document's
