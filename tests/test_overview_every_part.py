@@ -26,6 +26,7 @@ from test_store import IDENTITY, make_doc, unit
     "What happens in each of the first six chapters?",
     "What is in every file of the tenacity package?",  # a package named: its files' summaries
     "What does each section of the manual cover?",
+    "What are the main parts of the guide, and what does each one deal with?",
 ])
 def test_each_part_in_turn_reads_the_map(question):
     assert asks_each_part(question) and classify(question) is QuestionKind.OVERVIEW

@@ -86,6 +86,7 @@ _EACH_PART_RE = re.compile(
     rf"|\b{_PARTS}(?:\s+(?:of|in)\s+[^?]{{1,60}}?)?\s+(?:one\s+by\s+one|in\s+turn)\b"
     r"|\b(?:chapter|section|module|file|part)\s+by\s+(?:chapter|section|module|file|part)\b"
     rf"|\bwhich\s+{_PARTS}\s+(?:does|do|is|are)\s+what\b"
+    rf"|\b{_PARTS}\b[^?]{{0,80}}\beach\s+(?:one|of\s+them)\s+(?:is|are|does|do|covers?|deals?|says?|explains?)\b"
     rf"|\blist\s+(?:all\s+)?(?:of\s+)?the\s+{_PARTS}\b(?!\s+(?:that|which|where|whose|with|without|named))",
     re.I)
 
