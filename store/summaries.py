@@ -78,6 +78,13 @@ def part_key(document_id: int, path: list | None) -> str:
     return f"part:{document_id}:{json.dumps(path or [], ensure_ascii=False)}"
 
 
+def summary_path(summary: SummaryRecord) -> list | None:
+    """The section path a part's or section's summary covers (part_key's), [] for a document read as one part; None
+    for a document's or a collection's summary."""
+    kind, _, rest = summary.key.partition(":")
+    return json.loads(rest.partition(":")[2]) if kind == "part" else None
+
+
 def document_key(document_id: int) -> str:
     return f"document:{document_id}"
 

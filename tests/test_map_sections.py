@@ -1,5 +1,6 @@
-"""Which parts and sections the map summarises (engine/answer/map_writer.py, plan_parts): a chapter with two sections
-or more gets a summary of each section long enough to need one, beside the chapter's own; nothing else changes."""
+"""The map's section summaries: which the map writes (engine/answer/map_writer.py, plan_parts: a chapter with two
+sections or more gets a summary of each section long enough to need one, beside the chapter's own; nothing else
+changes) and which an answer about each section of a part reads (engine/retrieval/whole_scope.py, read_sections)."""
 from episodic_cli.engine.answer.map_writer import plan_parts
 from episodic_cli.engine.budgets import SUMMARY_TOKENS
 from episodic_cli.engine.documents.structure import encode
@@ -73,3 +74,39 @@ def test_a_title_over_everything_is_left_out_of_the_labels():
     assert [p.label for p in plan_parts(_doc(), events, ROOM)] == [
         '"Version"', 'ch. 1 "Using it"', 'ch. 1 "Using it", §1.1 "A"', 'ch. 1 "Using it", §1.2 "B"',
         'ch. 2 "The library"']
+
+
+def test_each_section_reads_the_named_parts_sections_only(tmp_path):
+    """whole_scope.read_sections, on a real store: the scope of chapter 2 also holds the event where chapter 1's
+    last section runs into it, and that section's summary (of that event alone) is not one of chapter 2's."""
+    import numpy as np
+
+    from episodic_cli.engine.retrieval.whole_scope import read_sections
+    from episodic_cli.store import Store
+    from episodic_cli.store.summaries import SummaryRecord, part_key
+    from test_store import IDENTITY, make_doc, unit
+
+    rng = np.random.default_rng(48)
+    st = Store.create_or_open(tmp_path / "s", IDENTITY)
+    doc, events = make_doc("manual.txt", [f"passage {i}" for i in range(6)], rng)
+    doc = st.replace_document(doc, events)
+    vecs = unit(rng, 4)
+    ch1, ch2 = ["chapter", "1", "Using it"], ["chapter", "2", "The library"]
+
+    def put(level, path, label, first, last, n):
+        st.summaries().put(SummaryRecord(
+            level=level, key=part_key(doc.id, path), label=label, text=f"What {label} says.", model="m",
+            content_sha256=doc.content_sha256, n_tokens=20, document_id=doc.id, first_ordinal=first,
+            last_ordinal=last, embedding=vecs[n]))
+
+    put(SECTION, [ch1, ["section", "1.2", "B"]], "§1.2", 1, 1, 0)   # the event that runs into chapter 2
+    put(PART, [ch2], "ch. 2", 2, 5, 1)
+    put(SECTION, [ch2, ["section", "2.1", "C"]], "§2.1", 2, 3, 2)
+    put(SECTION, [ch2, ["section", "2.2", "D"]], "§2.2", 4, 5, 3)
+    ids = {e.id for e in st.events_of(doc.id) if e.ordinal >= 1}
+    reading = read_sections(st, ids, 10_000)
+    assert [r.summary.label if r.summary else r.event.ordinal for r in reading.events] == [
+        "ch. 2", 1, "§2.1", "§2.2"]  # the part's summary, then in order: the event no section of it covers
+    assert [s.label for s in reading.stand_ins] == ["§2.1", "§2.2"]
+    assert read_sections(st, ids, 20) is None  # what does not fit is read whole instead
+    st.close()

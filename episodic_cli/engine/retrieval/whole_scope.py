@@ -4,12 +4,14 @@ are read (still in document order) and the map's summaries of the parts left out
 """
 from __future__ import annotations
 
+import json
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ...store import Store
-from ...store.summaries import PART, SECTION, SummaryRecord
+from ...store.summaries import PART, SECTION, SummaryRecord, summary_path
 from .retrieve import RetrievedEvent, fuse
 from .summary_sources import summary_event, summary_text
 
@@ -95,14 +97,15 @@ def read_sections(store: Store, ids: set[int], room: int, tokens_of=None) -> Sco
                 sections.append(s)
             elif s.level == PART and covered <= ordinals:
                 parts.append(s)
+    # The named part is the one most of these sections sit in: the scope may hold an event more, one that starts in
+    # the part before, and a section of that part made of that event alone (ESS's chapter 7 listed chapter 6's
+    # "Manipulating saved transcript files" first). The part's own summary is that part's, not a chunk of it.
+    parents = Counter(json.dumps(summary_path(s)[:-1]) for s in sections)
+    parent = json.loads(parents.most_common(1)[0][0]) if parents else None
+    sections = [s for s in sections if summary_path(s)[:-1] == parent]
     if len(sections) < 2:
         return None
-    # The part's own summary: one inside the scope over all its sections (the scope may hold an event more, one that
-    # starts in the part before), not a chunk of it.
-    spans = {(s.document_id, o) for s in sections for o in range(s.first_ordinal, s.last_ordinal + 1)}
-    parts = [p for p in parts
-             if {(p.document_id, o) for o in range(p.first_ordinal, p.last_ordinal + 1)} >= {
-                 x for x in spans if x[0] == p.document_id}]
+    parts = [p for p in parts if summary_path(p) == parent]
     size = (lambda t: tokens_of(t)) if tokens_of else (lambda t: len(t) // 4)
     read: list[RetrievedEvent] = [summary_event(s, docs[s.document_id], size(summary_text(s))) for s in parts]
     by_start = {(s.document_id, s.first_ordinal): s for s in sections}
