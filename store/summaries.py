@@ -1,8 +1,9 @@
 """The map: summaries written by an answer model, one per part of a document (a chapter, a section, a code file's
-whole) and one per section inside a part (a chapter's sections), one per document from its parts' summaries, and one per collection (the documents under one ingested
-folder) from its documents'. Stored beside the events, searchable like them (dense: exact over the stored vectors,
-they are few; lexical: FTS5), removed with their document (ON DELETE CASCADE, and `delete_for_document` for the
-FTS rows), and known stale when the document's content changed since (`content_sha256`).
+whole) and one per section inside a part (a chapter's sections), one per document from its parts' summaries, and
+one per collection (the documents under one ingested folder) from its documents'. Stored beside the events,
+searchable like them (dense: exact over the stored vectors, they are few; lexical: FTS5), removed with their
+document (ON DELETE CASCADE, and `delete_for_document` for the FTS rows), and known stale when the document's
+content changed since (`content_sha256`).
 
 A summary is not an event: it has no KV block, no ordinal and no neighbours, so nothing that walks a document's
 events (ingest, warm, doctor, the KV garbage collector) ever meets one.
