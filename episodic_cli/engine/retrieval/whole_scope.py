@@ -100,13 +100,13 @@ def read_sections(store: Store, ids: set[int], room: int, tokens_of=None) -> Sco
     # The named part is the one most of these sections sit in: the scope may hold an event more, one that starts in
     # the part before, and a section of that part made of that event alone (ESS's chapter 7 listed chapter 6's
     # "Manipulating saved transcript files" first). The part's own summary is that part's, not a chunk of it.
-    parents = Counter(json.dumps(summary_path(s)[:-1]) for s in sections)
-    parent = json.loads(parents.most_common(1)[0][0]) if parents else None
-    sections = [s for s in sections if summary_path(s)[:-1] == parent]
+    parent_of = {s.id: json.dumps(summary_path(s)[:-1]) for s in sections}
+    parent = Counter(parent_of.values()).most_common(1)[0][0] if sections else None
+    sections = [s for s in sections if parent_of[s.id] == parent]
     if len(sections) < 2:
         return None
-    parts = [p for p in parts if summary_path(p) == parent]
-    size = (lambda t: tokens_of(t)) if tokens_of else (lambda t: len(t) // 4)
+    parts = [p for p in parts if json.dumps(summary_path(p)) == parent]
+    size = tokens_of or (lambda t: len(t) // 4)
     read: list[RetrievedEvent] = [summary_event(s, docs[s.document_id], size(summary_text(s))) for s in parts]
     by_start = {(s.document_id, s.first_ordinal): s for s in sections}
     skip: set[tuple[int, int]] = set()
