@@ -4,6 +4,7 @@ summaries, a follow-up with --continue rewritten for retrieval, the map removed 
 of a chapter answered from its sections' summaries."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -13,6 +14,7 @@ from conftest import prose_lines
 from episodic_cli.app import app
 from episodic_cli.engine.documents.structure import decode
 from episodic_cli.store import Store
+from episodic_cli.store.summaries import document_key
 
 runner = CliRunner()
 
@@ -107,6 +109,19 @@ def test_the_map_is_written_once_read_by_overview_questions_and_removed_with_its
         assert all(s.text.strip() and s.model.lower().startswith("smollm2") for s in summaries)
     again = json.loads(runner.invoke(app, ["map", "--store", str(store), "--json"]).stdout.strip().splitlines()[-1])
     assert again["written"] == 0 and again["skipped"] == len(CHAPTERS)  # resumable: nothing summarised twice
+
+    # A part summary written under an older label (epi names parts better than it did) is written again, and the
+    # document's summary, made from the old text, after it.
+    with Store.open_existing(store) as st:
+        shelf = st.summaries()
+        part = next(s for s in shelf.all() if s.level == "part")
+        shelf.put(dataclasses.replace(part, label='"Version", ' + part.label, id=None))
+    relabelled = json.loads(runner.invoke(app, ["map", "--store", str(store), "--json"]).stdout.strip().splitlines()[-1])
+    assert relabelled["per_level"]["part"] == 1 and relabelled["per_level"]["document"] == 1
+    with Store.open_existing(store) as st:
+        now = {s.key: s for s in st.summaries().all()}
+    assert now[part.key].label == part.label
+    assert now[document_key(part.document_id)].id > now[part.key].id
 
     result = runner.invoke(app, ["ask", "What is this book about?", "--store", str(store), "--json"])
     assert result.exit_code == 0, result.output

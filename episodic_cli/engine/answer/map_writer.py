@@ -11,8 +11,10 @@ chapters, sections and files are better clusters than embeddings for books, manu
 - A part with two sections or more one heading down (a chapter's sections) also gets a summary of each section of
   at least SUMMARY_TOKENS tokens, from that section's blocks, in a sentence or two: what "what does each section of
   chapter 3 cover?" reads. A shorter section is read as it is: its summary would be as long.
-- Resumable: a summary whose key exists and whose content hash matches the document is not written again, so a
-  killed `epi map` goes on where it stopped and nothing is summarised twice.
+- Resumable: a summary whose key exists, whose content hash matches the document and whose label is the one the
+  part has now is not written again, so a killed `epi map` goes on where it stopped and nothing is summarised
+  twice. A summary made from others (a document's, a collection's, a part's from its chunks) is written again when
+  one of those is newer than it (summary ids only grow): it was made from their old text.
 """
 from __future__ import annotations
 
@@ -217,9 +219,14 @@ class MapWriter:
         return [p for d in documents if d.status == "complete" for p in plan_parts(d, self.store.events_of(d.id),
                                                                                   self.room)]
 
-    def _fresh(self, key: str, sha: str) -> bool:
+    def _fresh(self, key: str, sha: str, label: str | None = None,
+               made_from: list[SummaryRecord] = ()) -> bool:
+        """Whether the summary under `key` is this model's, of this content, under this label, and newer than the
+        summaries it was made from. A label that changed (epi names parts better than it did) means the request
+        named the part wrongly: it is written again."""
         old = self.shelf.get(key)
-        return old is not None and old.content_sha256 == sha and old.model == self.model_name
+        return (old is not None and old.content_sha256 == sha and old.model == self.model_name
+                and (label is None or old.label == label) and all(s.id < old.id for s in made_from))
 
     def run(self, documents: list[DocumentRecord] | None = None,
             progress: Callable[[MapProgress], None] | None = None) -> MapProgress:
@@ -236,7 +243,7 @@ class MapWriter:
             for doc in documents:
                 doc_parts = by_doc.get(doc.id, [])
                 for p in doc_parts:
-                    if not self._fresh(p.key, doc.content_sha256):
+                    if not self._fresh(p.key, doc.content_sha256, p.label):
                         self._write_part(p)
                         state.written += 1
                         state.per_level[p.level] += 1
@@ -307,10 +314,8 @@ class MapWriter:
         for chunks in chunked.values():
             whole = MapPart(doc, chunks[0].path, chunks[0].label.rsplit(" (", 1)[0],
                             [e for c in chunks for e in c.events])
-            if self._fresh(whole.key, doc.content_sha256):
-                continue
             summaries = [s for s in (self.shelf.get(c.key) for c in chunks) if s is not None]
-            if not summaries:
+            if not summaries or self._fresh(whole.key, doc.content_sha256, whole.label, summaries):
                 continue
             text = self._from_summaries(part_summary_request(whole.label, short_name(doc),
                                                              doc.kind in CODE_DOCUMENT_KINDS), doc, summaries)
@@ -324,21 +329,14 @@ class MapWriter:
 
     def _write_document(self, doc: DocumentRecord, parts: list[MapPart]) -> bool:
         key = document_key(doc.id)
-        if self._fresh(key, doc.content_sha256):
-            return False
         parts = [p for p in parts if p.level == PART]  # a section's summary is in its part's already
-        wholes = [p for p in parts if p.chunk is None]
-        if len(wholes) == 1 and not any(p.chunk is not None for p in parts):
-            only = self.shelf.get(wholes[0].key)  # one part: the document's summary is that part's
-            if only is None:
-                return False
-            text = only.text
+        keys = list(dict.fromkeys(p.key if p.chunk is None else MapPart(doc, p.path, "", []).key for p in parts))
+        summaries = [s for s in (self.shelf.get(k) for k in keys) if s is not None]
+        if not summaries or self._fresh(key, doc.content_sha256, made_from=summaries):
+            return False
+        if len(keys) == 1 and not any(p.chunk is not None for p in parts):
+            text = summaries[0].text  # one part: the document's summary is that part's
         else:
-            keys = list(dict.fromkeys(p.key if p.chunk is None else
-                                      MapPart(doc, p.path, "", []).key for p in parts))
-            summaries = [s for s in (self.shelf.get(k) for k in keys) if s is not None]
-            if not summaries:
-                return False
             summaries = self._fit(summaries)
             text = self._from_summaries(document_summary_request(short_name(doc),
                                                                  doc.kind in CODE_DOCUMENT_KINDS),
@@ -362,10 +360,8 @@ class MapWriter:
     def _write_collection(self, folder: str, members: list[DocumentRecord]) -> bool:
         key = collection_key(folder)
         sha = collection_sha([d.content_sha256 for d in members])
-        if self._fresh(key, sha):
-            return False
         summaries = [s for s in (self.shelf.get(document_key(d.id)) for d in members) if s is not None]
-        if not summaries:
+        if not summaries or self._fresh(key, sha, made_from=summaries):
             return False
         text = self._from_summaries(collection_summary_request(folder), None, self._fit(summaries))
         if not text:
