@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...store import Store
+from ...store import DocumentRecord, Store
 from ...store.summaries import PART, SECTION, SummaryRecord, summary_path
 from .retrieve import RetrievedEvent, fuse
 from .summary_sources import summary_event, summary_text
@@ -77,6 +77,20 @@ def read_scope(store: Store, ids: set[int], query: np.ndarray, text: str, room: 
     return ScopeReading(read, total, used, [s for s, _ in stand_ins])
 
 
+def _summaries_within(store: Store, doc: DocumentRecord, ordinals: set[int], levels: tuple[str, ...]
+                      ) -> list[tuple[SummaryRecord, set[int]]]:
+    """The document's current summaries of these levels that cover only events of `ordinals`, each with the
+    ordinals it covers."""
+    out = []
+    for s in store.summaries().of_document(doc.id):
+        if s.level not in levels or s.first_ordinal is None or s.content_sha256 != doc.content_sha256:
+            continue
+        covered = set(range(s.first_ordinal, s.last_ordinal + 1))
+        if covered <= ordinals:
+            out.append((s, covered))
+    return out
+
+
 def read_sections(store: Store, ids: set[int], room: int, tokens_of=None) -> ScopeReading | None:
     """A question about each section of a named part: the map's summaries of its sections, in document order, with
     the part's own summary first and what no section summary covers (the part's opening, a short section) read as
@@ -89,14 +103,8 @@ def read_sections(store: Store, ids: set[int], room: int, tokens_of=None) -> Sco
         in_scope.setdefault(e.document_id, set()).add(e.ordinal)
     sections, parts = [], []
     for doc_id, ordinals in in_scope.items():
-        for s in store.summaries().of_document(doc_id):
-            if s.first_ordinal is None or s.content_sha256 != docs[doc_id].content_sha256:
-                continue
-            covered = set(range(s.first_ordinal, s.last_ordinal + 1))
-            if s.level == SECTION and covered <= ordinals:
-                sections.append(s)
-            elif s.level == PART and covered <= ordinals:
-                parts.append(s)
+        for s, _ in _summaries_within(store, docs[doc_id], ordinals, (SECTION, PART)):
+            (sections if s.level == SECTION else parts).append(s)
     # The named part is the one most of these sections sit in: the scope may hold an event more, one that starts in
     # the part before, and a section of that part made of that event alone (ESS's chapter 7 listed chapter 6's
     # "Manipulating saved transcript files" first). The part's own summary is that part's, not a chunk of it.
@@ -134,15 +142,12 @@ def _stand_ins(store: Store, items: list[RetrievedEvent], left: list[RetrievedEv
     unread: dict[int, set[int]] = {}
     for r in left:
         unread.setdefault(r.document.id, set()).add(r.event.ordinal)
-    shas = {r.document.id: r.document.content_sha256 for r in left}
+    docs = {r.document.id: r.document for r in left}
     candidates = []
     for doc_id, ordinals in unread.items():
         in_scope = {r.event.ordinal for r in items if r.document.id == doc_id}
-        for s in store.summaries().of_document(doc_id):
-            if s.level not in (PART, SECTION) or s.first_ordinal is None or s.content_sha256 != shas[doc_id]:
-                continue
-            covered = set(range(s.first_ordinal, s.last_ordinal + 1))
-            if covered & ordinals and covered <= in_scope:
+        for s, covered in _summaries_within(store, docs[doc_id], in_scope, (PART, SECTION)):
+            if covered & ordinals:
                 candidates.append((len(covered & ordinals), -len(covered), s))
     chosen: list[tuple[SummaryRecord, int]] = []
     done: set[tuple[int, int]] = set()
