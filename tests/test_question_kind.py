@@ -30,6 +30,19 @@ WHOLE, OVERVIEW, LOOKUP = QuestionKind.WHOLE, QuestionKind.OVERVIEW, QuestionKin
     ("On which page is the retry limit set?", LOOKUP),
     ("what is the default timeout in chapter 3?", LOOKUP),
     ("How big is it on disk?", LOOKUP),
+    # phrasings added in the seventh session, written by hand before the sets they were measured on were read
+    ("What does chapter 12 talk about?", WHOLE),
+    ("What does the author argue in chapter 3?", WHOLE),
+    ("What's covered in section 6.5?", WHOLE),
+    ("Give me a synopsis of part 2.", WHOLE),
+    ("give me an overview", OVERVIEW),
+    ("Describe the plot.", OVERVIEW),
+    ("What is the purpose of this library?", OVERVIEW),
+    ("What are the key features of this project?", OVERVIEW),
+    ("How is this codebase organised?", OVERVIEW),
+    ("What does chapter 3 say about the tides?", LOOKUP),
+    ("Which chapter discusses the tides?", LOOKUP),
+    ("What key does the cache use?", LOOKUP),
 ])
 def test_kinds(question, kind):
     assert classify(question) is kind

@@ -15,6 +15,8 @@ The rule is a list of phrasings written from how people ask (the issue's example
 before any held-out whole-scope question was read; docs/heldout.md reports it on sets not used to choose it. One
 change was made after checking it against the 118 lookup questions (bench/heldout/*.json): "summary" as a noun
 ("the summary says", "a summary exercise") routed 2 of them (epub-rustbook, a set used before) to whole reading.
+Later phrasings ("what does chapter 12 talk about", "give me an overview", "how is this codebase organised") were
+written by hand, not taken from a set, and measured on sets written after them (docs/heldout.md).
 Plain engine module: no model, no store.
 """
 from __future__ import annotations
@@ -46,6 +48,11 @@ _WHOLE_RE = re.compile(
     r"|\bhow\s+(?:does|do|did|is|are)\b.{1,80}\b(?:work|works|function|handled?|implemented|decided?|chosen)\b"
     r"|\bhow\s+does\b.{1,60}\bdecide\b"
     r"|\bwhat\s+(?:does|do)\b.{1,60}\b(?:do|does|provide|contain|define|offer)\s*\??$"
+    # "what does chapter 12 talk about?", "what does the author argue in chapter 3?" (a fact asked of a part,
+    # "what does chapter 3 say about the tides?", stays a lookup inside it)
+    r"|\bwhat\s+(?:does|do|did)\b.{1,60}\b(?:cover|covers|discuss|talk\s+about|deal\s+with|argue|claim)"
+    r"(?:\s+(?:in|of)\s+[^?]{1,40})?\s*[?.]?$"
+    r"|\bwhat(?:'s|\s+is|\s+are|\s+gets)\s+covered\b|\bsynopsis\b"
     r"|\bwhat\s+(?:is|are)\b.{1,60}\b(?:for|used\s+for)\s*\??$|\bpurpose\b|\bresponsib"
     r"|\bdescribe\b|\bexplain\b|\bwalk\s+me\s+through\b|\btell\s+me\s+about\b|\bin\s+(?:brief|short)\b",
     re.I | re.S)
@@ -61,7 +68,13 @@ _OVERVIEW_RE = re.compile(
     rf"|what(?:'s|\s+is)\s+in\s+{_WHOLE_THING}\b|{_WHOLE_THING}\s+(?:is|are)\s+about\b"
     r"|who\s+(?:is|are)\s+the\s+(?:main|major|central|principal)\s+(?:characters?|people|figures|protagonists?)\b"
     r"|main\s+(?:characters?|themes?|ideas?|topics?)\b"
-    r"|what\s+(?:is|are)\s+(?:it|they)\s+about\b|what\s+(?:does|do)\s+(?:it|they)\s+do\s*\??$)",
+    r"|what\s+(?:is|are)\s+(?:it|they)\s+about\b|what\s+(?:does|do)\s+(?:it|they)\s+do\s*\??$"
+    # "give me an overview", "the purpose of this library", "its key features", "describe the plot"
+    r"|^\W*(?:please\s+)?(?:give|show|write)\s+(?:me\s+)?(?:an?\s+|the\s+)?(?:brief\s+|short\s+|quick\s+|general\s+)?"
+    r"(?:overview|summary)\W*(?:please\W*)?$"
+    rf"|purpose\s+of\s+{_WHOLE_THING}\b"
+    r"|\b(?:main|key|core)\s+(?:features?|concepts?|components?|ideas?|takeaways?)\b"
+    r"|\b(?:describe|summari[sz]e|what\s+is|what's)\s+the\s+(?:whole\s+|overall\s+|main\s+)?plot\b)",
     re.I)
 
 
@@ -87,7 +100,10 @@ _EACH_PART_RE = re.compile(
     r"|\b(?:chapter|section|module|file|part)\s+by\s+(?:chapter|section|module|file|part)\b"
     rf"|\bwhich\s+{_PARTS}\s+(?:does|do|is|are)\s+what\b"
     rf"|\b{_PARTS}\b[^?]{{0,80}}\beach\s+(?:one|of\s+them)\s+(?:is|are|does|do|covers?|deals?|says?|explains?)\b"
-    rf"|\blist\s+(?:all\s+)?(?:of\s+)?the\s+{_PARTS}\b(?!\s+(?:that|which|where|whose|with|without|named))",
+    rf"|\blist\s+(?:all\s+)?(?:of\s+)?the\s+{_PARTS}\b(?!\s+(?:that|which|where|whose|with|without|named))"
+    # "how is this codebase organised?", "the structure of the package": its parts in order
+    rf"|\bhow\s+(?:is|are)\s+{_NAMED_WHOLE}\s+(?:organi[sz]ed|structured|laid\s+out|arranged|split\s+up)\b"
+    rf"|\b(?:structure|layout|organi[sz]ation|architecture)\s+of\s+{_NAMED_WHOLE}\b",
     re.I)
 
 
