@@ -2,7 +2,7 @@
 (bench/heldout/whole/, written blind after the rule was fixed) by the kind their writer gave each question, and the
 lookup sets (bench/heldout/*.json), which must all stay lookups. No model runs: this is the rule alone.
 
-    python bench/question_kinds.py [--out bench/results/question_kinds.json]
+    python bench/question_kinds.py [--sets bench/heldout/whole2] [--out bench/results/question_kinds.json]
 """
 from __future__ import annotations
 
@@ -22,11 +22,16 @@ WANTED = {"summary": {"whole", "overview"}, "who-did-what": {"whole", "overview"
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=HERE / "results" / "question_kinds.json")
+    ap.add_argument("--sets", type=Path, default=HERE / "heldout" / "whole", help="the whole-scope sets' folder")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="default: bench/results/question_kinds.json (question_kinds-<folder>.json for other sets)")
     args = ap.parse_args(argv)
+    default_sets = args.sets.resolve() == (HERE / "heldout" / "whole").resolve()
+    out = args.out or HERE / "results" / ("question_kinds.json" if default_sets else
+                                          f"question_kinds-{args.sets.name}.json")
     table: dict[str, Counter] = defaultdict(Counter)
     rows = []
-    for path in sorted((HERE / "heldout" / "whole").glob("*.json")):
+    for path in sorted(args.sets.glob("*.json")):
         for q in json.loads(path.read_text())["questions"]:
             asked = q.get("standalone") or q["question"] if q["kind"] == "follow-up" else q["question"]
             got = classify(asked).value
@@ -42,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     right = sum(r["routed"] in WANTED[r["kind"]] for r in scored)
     print(f"routed as wanted: {right} of {len(scored)} whole-scope questions (follow-ups left out); lookups kept: "
           f"{table['lookup sets']['lookup']} of {len(lookups)}")
-    args.out.write_text(json.dumps({"table": {k: dict(v) for k, v in table.items()}, "right": right,
+    out.write_text(json.dumps({"table": {k: dict(v) for k, v in table.items()}, "right": right,
                                     "scored": len(scored), "rows": rows}, indent=1) + "\n")
     return 0
 
