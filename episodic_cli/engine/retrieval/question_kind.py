@@ -57,6 +57,10 @@ _WHOLE_RE = re.compile(
     r"|\bdescribe\b|\bexplain\b|\bwalk\s+me\s+through\b|\btell\s+me\s+about\b|\bin\s+(?:brief|short)\b",
     re.I | re.S)
 
+# What a named part holds: "what is in url_safe.py?", "what's in chapter 3?" (with no part named, "what is in the
+# config?" stays a lookup).
+_CONTENTS_RE = re.compile(r"\bwhat(?:'s|\s+is|\s+are|\s+else\s+is)\s+(?:there\s+)?in\b", re.I)
+
 # A document or the archive as a whole, with no part named: "this book", "the library", "the archive".
 _WHOLE_THING = (r"(?:this|the|these|my|our)\s+(?:whole\s+|entire\s+)?(?:book|novel|story|text|document|documents|"
                 r"manual|guide|paper|report|library|package|project|codebase|code\s*base|code|repo|repository|"
@@ -123,7 +127,7 @@ def classify(question: str, scope: Scope | None = None, titled: bool = False) ->
     names_part = structural or bool(scope.files) or bool(scope.symbols)
     if structural and each_part:  # "each section of chapter 2": its sections' summaries, or that chapter whole
         return QuestionKind.WHOLE
-    if names_part and _WHOLE_RE.search(question):
+    if names_part and (_WHOLE_RE.search(question) or _CONTENTS_RE.search(question)):
         return QuestionKind.WHOLE
     if not structural and not scope.files and _OVERVIEW_RE.search(question):
         return QuestionKind.OVERVIEW
