@@ -790,9 +790,15 @@ class Workspace:
         return prepared
 
     def close(self) -> None:
+        """Free the contexts and the model's weights (a later call loads them again). `epi ingest` kept the reading
+        model loaded while a second workspace warmed and mapped with the same model: two copies, 4.3 GB at peak
+        (docs/benchmarks.md, "Memory")."""
         for answerer in self._answerers.values():
             answerer.close()
         self._answerers.clear()
         if self._condenser is not None:
             self._condenser.close()
             self._condenser = None
+        model = self.__dict__.pop("model", None)
+        if model is not None:
+            model.close()
