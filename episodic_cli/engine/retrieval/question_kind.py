@@ -57,8 +57,8 @@ _WHOLE_RE = re.compile(
     r"|\bdescribe\b|\bexplain\b|\bwalk\s+me\s+through\b|\btell\s+me\s+about\b|\bin\s+(?:brief|short)\b",
     re.I | re.S)
 
-# What a named part holds: "what is in url_safe.py?", "what's in chapter 3?" (with no part named, "what is in the
-# config?" stays a lookup).
+# What a named part holds: "what is in the url_safe module?", "what's in chapter 3?" (with no part named, "what is
+# in the config?" stays a lookup).
 _CONTENTS_RE = re.compile(r"\bwhat(?:'s|\s+is|\s+are|\s+else\s+is)\s+(?:there\s+)?in\b", re.I)
 
 # A document or the archive as a whole, with no part named: "this book", "the library", "the archive".
