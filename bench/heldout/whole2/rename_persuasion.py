@@ -23,12 +23,12 @@ is left in the text.
 """
 from __future__ import annotations
 
-import argparse
-import hashlib
-import json
 import re
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "whole"))
+from renaming import run  # noqa: E402
 
 INPUT_SHA256 = "8061549557aebd2fd6e353d18d9197cb707029112bd52d4d8b174583a925848a"  # r-cran-janeaustenr 1.0.0-1
 LAST_CHAPTER = 12
@@ -118,27 +118,10 @@ def leftovers(text: str) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("source", type=Path)
-    parser.add_argument("out", type=Path)
-    parser.add_argument("--mapping", type=Path, help="also write the renaming table as JSON")
-    args = parser.parse_args()
-    raw = args.source.read_bytes()
-    digest = hashlib.sha256(raw).hexdigest()
-    if digest != INPUT_SHA256:
-        sys.exit(f"{args.source}: sha256 {digest}, expected {INPUT_SHA256} (r-cran-janeaustenr 1.0.0-1)")
-    renamed = rename(first_volume(raw.decode("utf-8")))
-    left = leftovers(renamed)
-    if left:
-        sys.exit(f"original names left in the output: {left}")
-    args.out.write_text(renamed, encoding="utf-8")
-    if args.mapping:
-        mapping = {"title": dict([TITLE]), "byline": dict([BYLINE]), "dropped": ["(1818)"], "kept": KEEP,
-                   "contextual": dict(CONTEXTUAL), "people": PEOPLE, "places": PLACES,
-                   "ships_and_peerage": OTHER}
-        args.mapping.write_text(json.dumps(mapping, indent=2) + "\n", encoding="utf-8")
-    print(f"{args.out}: chapters 1-{LAST_CHAPTER}, {len(renamed.split())} words, "
-          f"sha256 {hashlib.sha256(renamed.encode('utf-8')).hexdigest()}")
+    mapping = {"title": dict([TITLE]), "byline": dict([BYLINE]), "dropped": ["(1818)"], "kept": KEEP,
+               "contextual": dict(CONTEXTUAL), "people": PEOPLE, "places": PLACES, "ships_and_peerage": OTHER}
+    run(__doc__.splitlines()[0], INPUT_SHA256, lambda text: rename(first_volume(text)), leftovers, mapping,
+        LAST_CHAPTER)
 
 
 if __name__ == "__main__":
