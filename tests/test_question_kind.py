@@ -46,6 +46,7 @@ WHOLE, OVERVIEW, LOOKUP = QuestionKind.WHOLE, QuestionKind.OVERVIEW, QuestionKin
     ("What is in url_safe.py?", WHOLE),  # from whole2's routing report (that set is not unseen for it)
     ("What's in chapter 3?", WHOLE),
     ("What is in the default config?", LOOKUP),
+    ("Sum up chapter 8.", WHOLE),  # from whole3's routing (that set is not unseen for it)
 ])
 def test_kinds(question, kind):
     assert classify(question) is kind

@@ -39,7 +39,7 @@ _WHOLE_RE = re.compile(
     # "summary" as a noun only where it is asked for: "the summary says ..." and "a summary exercise" are lookups
     r"\bsummar(?:ise|ize|ised|ized|ising|izing)\b|\bsummary\s+of\b|\bsummary\s*\??$"
     r"|\b(?:give|write|provide|need|want|short|brief|quick)\b.{0,20}\bsummary\b"
-    r"|\brecap\b|\bgist\b|\boverview\b|\boutline\b|\btl;?dr\b"
+    r"|\brecap\b|\bgist\b|\boverview\b|\boutline\b|\btl;?dr\b|\bsum\s+(?:it\s+|them\s+|this\s+)?up\b"
     r"|\bwhat\s+(?:happens|happened|goes\s+on|went\s+on|takes\s+place|took\s+place)\b"
     r"|\bwhat\s+(?:is|was|are|were)\b.{0,60}\babout\b"
     r"|\bmain\s+(?:points?|ideas?|themes?|characters?|events?|topics?|people|figures|parts?|steps?)\b"
