@@ -71,8 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--read", choices=["auto", "lookup"], default="auto")
     ap.add_argument("--followups", choices=["rewrite", "concat"], default="rewrite")
     ap.add_argument("--max-tokens", type=int, default=None, help="cut answers after about this many tokens")
-    ap.add_argument("--whole-method", choices=["read", "notes"], default="read",
-                    help="how a part is read whole: at once, or notes on each chunk and then the answer")
+    ap.add_argument("--whole-method", choices=["read", "notes", "outline"], default="read",
+                    help="how a part is read whole: at once, notes on each chunk and then the answer, or at once "
+                         "with an outline of its sentences in the request")
     ap.add_argument("--mode", choices=["kv", "text"], default=None,
                     help="kv: read from the stored blocks (the default when there are any); text: re-read the text "
                          "in one pass (every token sees what came before it in the part, at prefill's cost)")

@@ -16,7 +16,7 @@ from .errors import EpiError
 from .retrieval.question_kind import QuestionKind
 
 MODES = ("text", "kv")
-WHOLE_METHODS = ("read", "notes")
+WHOLE_METHODS = ("read", "notes", "outline")
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,8 @@ class AskOptions:
     [0.9, 1.0]. `cold_seconds`: kv mode reading whole events prefills at most what this machine reads in that time of
     the events the answer model has no block for yet; the least relevant are left out (None or 0: no limit).
     `kind`: how much to read (None: as the question asks, engine/retrieval/question_kind.py). `whole_method`: how a
-    part is read whole: "read" (at once) or "notes" (in chunks, notes on each, then the answer: answer/notes.py).
+    part is read whole: "read" (at once), "notes" (in chunks, notes on each, then the answer: answer/notes.py) or
+    "outline" (at once, with a sentence from each stretch of it in the request: retrieval/outline.py).
     `answer_tokens`: the answer stops after at most this many tokens (None, or more than the path's own limit:
     ANSWER_TOKENS for a lookup, WHOLE_ANSWER_TOKENS for a part read whole or the map).
 

@@ -108,10 +108,15 @@ def sink_tokens(model: LlamaModel) -> np.ndarray:
 # Written after the question, in the same user turn: the sink (system rules) is fixed, since every block was computed
 # behind it, so whatever a kind of question needs besides is said here.
 
+def asks_how(question: str) -> bool:
+    """Whether a whole-scope question asks how or why rather than what happens or what it says."""
+    return bool(re.search(r"\bhow\b|\bwhy\b|\bexplain|\bdecide|\bwork", question.lower()))
+
+
 def _whole_focus(question: str, code: bool) -> str:
     """What a whole answer (or a note on part of one) should cover for this kind of question."""
     lowered = question.lower()
-    if re.search(r"\bhow\b|\bwhy\b|\bexplain|\bdecide|\bwork", lowered):
+    if asks_how(question):
         return "how it works, step by step, with the conditions and values that decide each step"
     if re.search(r"\bwho\b|\bwhom\b|\bcharacters?\b|\bpeople\b", lowered) or not code and "happen" in lowered:
         return "the people, what each of them does and to whom, in the order it happens"
@@ -120,13 +125,20 @@ def _whole_focus(question: str, code: bool) -> str:
     return "what happens or what it explains, in order, naming who and what is involved"
 
 
-def whole_scope_request(question: str, described: str, complete: bool, code: bool) -> str:
+def whole_scope_request(question: str, described: str, complete: bool, code: bool,
+                        outline: list[str] | None = None) -> str:
     """A question about a part as a whole, with what the sources are (all of it, or parts and summaries) and what a
-    whole answer should cover for this kind of question."""
+    whole answer should cover for this kind of question. `outline`: one sentence from each stretch of the part, in
+    order (engine/retrieval/outline.py), for the answer to follow from start to end."""
     what = f"all of {described}, in order" if complete else (
         f"the parts of {described} that match the question best, in order, and summaries of the rest")
-    return (f"{question}\n\n(The sources are {what}. Answer from the whole of them, not only the last one, in a few "
-            f"sentences: {_whole_focus(question, code)}. Use the names exactly as the sources write them.)")
+    course = ""
+    if outline:
+        listed = "\n".join(f"{i}. {s}" for i, s in enumerate(outline, 1))
+        course = (f"\n\nSentences from its beginning, middle and end, in order:\n{listed}\n\nCover the whole "
+                  "course of it, from the first of these to the last.")
+    return (f"{question}{course}\n\n(The sources are {what}. Answer from the whole of them, not only the last one, "
+            f"in a few sentences: {_whole_focus(question, code)}. Use the names exactly as the sources write them.)")
 
 
 def notes_request(question: str, part: int, parts: int, code: bool) -> str:

@@ -49,11 +49,12 @@ from .retrieval.scope import resolve as resolve_scope
 from .retrieval.weights import episodic_weights
 from .answer.map_writer import MapProgress, MapWriter
 from .answer.condense import Condenser, search_for
-from .prompt import each_section_request, notes_answer_request, overview_request, whole_scope_request
+from .prompt import asks_how, each_section_request, notes_answer_request, overview_request, whole_scope_request
 from .retrieval.question_kind import QuestionKind, asks_each_part, classify
 from .retrieval.summary_sources import overview as overview_summaries
 from .retrieval.summary_sources import summary_sources
 from .retrieval.whole_scope import enclosing, read_scope, read_sections
+from .retrieval.outline import MAX_WORDS, OUTLINE_SENTENCES, key_sentences
 
 LAYERED_UNAVAILABLE = ("--layered needs epi's patched llama.cpp, and this llama-cpp-python lacks the patch: run "
                        "./install.sh from epi's source folder (`epi doctor` says whether the patch is in)")
@@ -599,11 +600,18 @@ class Workspace:
         parsed = parse_scope(search)
         what = scope.described or ", ".join(".".join(s) for s in parsed.symbols) or "the part named"
         text = scope.query or search
-        request = whole_scope_request(question, what, False, False)
+        # `whole_method="outline"`: room for the outline too, at its longest (its sentences are chosen once the part
+        # is read). Not the default: one more partial answer of 7 on an unseen set, the first token 2-3 s later
+        # (docs/heldout.md, "An outline of the chapter in the request").
+        outlined = options.whole_method == "outline" and not asks_how(question)
+        placeholder = [" ".join(["word"] * MAX_WORDS)] * OUTLINE_SENTENCES if outlined else None
+        request = whole_scope_request(question, what, False, False, placeholder)
         reading = read_scope(store, ids, self.embedder.embed_query(text), text, self._whole_room(request, history),
                              tokens_of=lambda t: len(self.model.tokenize(t)))
         code = all(r.document.kind == "code" for r in reading.events if r.summary is None)
-        request = whole_scope_request(question, what, reading.complete, code)
+        outline = key_sentences([r.event.text for r in reading.events if r.summary is None]) \
+            if outlined and not code else None
+        request = whole_scope_request(question, what, reading.complete, code, outline)
         retrieved = reading.events
         answer = self._begin_part_answer(store, scope, retrieved, started)
         mode = options.mode
