@@ -23,10 +23,7 @@ mkdir -p "$DEST/janeausten" "$DEST/brackenholme" "$DEST/alice"
 PIP="python3 -m pip"
 
 # 1. The renamed book: Jane Austen's novels as R data in a Debian package, read without R.
-(cd "$TMP" && apt-get download r-cran-janeaustenr=1.0.0-1)
-dpkg-deb -x "$TMP"/r-cran-janeaustenr_1.0.0-1_all.deb "$TMP/janeaustenr"
-python3 "$HERE/janeausten_rdata.py" "$TMP/janeaustenr/usr/lib/R/site-library/janeaustenr/data" prideprejudice \
-    > "$DEST/janeausten/prideprejudice.txt"
+sh "$HERE/austen_novel.sh" prideprejudice "$DEST/janeausten/prideprejudice.txt"
 python3 "$HERE/rename_pride.py" "$DEST/janeausten/prideprejudice.txt" \
     "$DEST/brackenholme/the-daughters-of-brackenholme.txt" --mapping "$DEST/brackenholme/mapping.json"
 

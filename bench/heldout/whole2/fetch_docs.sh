@@ -20,12 +20,7 @@ mkdir -p "$DEST/janeausten" "$DEST/whole2"
 PIP="python3 -m pip"
 
 # 1. The renamed book: Jane Austen's novels as R data in a Debian package, read without R.
-(cd "$TMP" && apt-get download r-cran-janeaustenr=1.0.0-1)
-(cd "$TMP" && echo "df6bddf211906d1ff404f8ff662c21b34e6660e7f54a311084e749050c019c95  r-cran-janeaustenr_1.0.0-1_all.deb" \
-    | sha256sum -c --quiet)
-dpkg-deb -x "$TMP"/r-cran-janeaustenr_1.0.0-1_all.deb "$TMP/janeaustenr"
-python3 "$HERE/../whole/janeausten_rdata.py" "$TMP/janeaustenr/usr/lib/R/site-library/janeaustenr/data" persuasion \
-    > "$DEST/janeausten/persuasion.txt"
+sh "$HERE/../whole/austen_novel.sh" persuasion "$DEST/janeausten/persuasion.txt"
 python3 "$HERE/rename_persuasion.py" "$DEST/janeausten/persuasion.txt" \
     "$DEST/whole2/the-tenants-of-marlcombe.txt" --mapping "$DEST/whole2/mapping.json"
 

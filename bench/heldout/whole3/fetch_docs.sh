@@ -13,17 +13,10 @@
 set -eu
 DEST=${1:-/work/heldout-docs}
 HERE=$(cd "$(dirname "$0")" && pwd)
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
 mkdir -p "$DEST/janeausten" "$DEST/whole3"
 
 # Jane Austen's novels as R data in a Debian package, read without R.
-(cd "$TMP" && apt-get download r-cran-janeaustenr=1.0.0-1)
-(cd "$TMP" && echo "df6bddf211906d1ff404f8ff662c21b34e6660e7f54a311084e749050c019c95  r-cran-janeaustenr_1.0.0-1_all.deb" \
-    | sha256sum -c --quiet)
-dpkg-deb -x "$TMP"/r-cran-janeaustenr_1.0.0-1_all.deb "$TMP/janeaustenr"
-python3 "$HERE/../whole/janeausten_rdata.py" "$TMP/janeaustenr/usr/lib/R/site-library/janeaustenr/data" northangerabbey \
-    > "$DEST/janeausten/northangerabbey.txt"
+sh "$HERE/../whole/austen_novel.sh" northangerabbey "$DEST/janeausten/northangerabbey.txt"
 python3 "$HERE/rename_northanger.py" "$DEST/janeausten/northangerabbey.txt" \
     "$DEST/whole3/a-season-at-bath.txt" --mapping "$DEST/whole3/mapping.json"
 
