@@ -210,6 +210,7 @@ class Workspace:
     @cached_property
     def model(self) -> LlamaModel:
         model = LlamaModel(self.prepared.path)
+        self._loaded_model = model  # this workspace's own: close() frees it (a model handed in is left alone)
         reason = model.unsupported_reason()
         if reason:
             raise EpiError(f"epi cannot use {self.prepared.source.name}: {reason}. "
@@ -807,6 +808,7 @@ class Workspace:
         if self._condenser is not None:
             self._condenser.close()
             self._condenser = None
-        model = self.__dict__.pop("model", None)
-        if model is not None:
-            model.close()
+        own = self.__dict__.pop("_loaded_model", None)
+        if own is not None and self.__dict__.get("model") is own:
+            del self.__dict__["model"]
+            own.close()
