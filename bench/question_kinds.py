@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"routed as wanted: {right} of {len(scored)} whole-scope questions (follow-ups left out); lookups kept: "
           f"{table['lookup sets']['lookup']} of {len(lookups)}")
     out.write_text(json.dumps({"table": {k: dict(v) for k, v in table.items()}, "right": right,
-                                    "scored": len(scored), "rows": rows}, indent=1) + "\n")
+                               "scored": len(scored), "rows": rows}, indent=1) + "\n")
     return 0
 
 
