@@ -21,3 +21,15 @@ def test_a_follow_up_that_points_back_to_nothing_stands_alone():
     assert search_for(HISTORY, "Which versions of Python are supported?", "") == \
         "Which versions of Python are supported?"
     assert search_for([], "Does it quote the value?", "") == "Does it quote the value?"
+
+
+def test_a_chain_of_follow_ups_is_searched_with_the_question_it_started_from():
+    history = [{"role": "user", "content": "How do I set a breakpoint in ESS?"},
+               {"role": "assistant", "content": "With ess-bp-set (C-c C-t b)."},
+               {"role": "user", "content": "And how do I remove it again?"},
+               {"role": "assistant", "content": "With ess-bp-kill (C-c C-t k)."}]
+    follow = "What about all of them at once? Does that work for them too?"
+    assert search_for(history, follow, "") == \
+        f"How do I set a breakpoint in ESS? And how do I remove it again? {follow}"
+    # a question that names its own subject ends the chain
+    assert search_for(history[2:], follow, "") == f"And how do I remove it again? {follow}"

@@ -22,15 +22,24 @@ _POINTS_BACK = re.compile(r"\b(?:it|its|he|she|him|her|his|they|them|their|that|
 
 def search_for(history: list[dict[str, str]], follow_up: str, rewrite: str) -> str:
     """What a follow-up is searched as: its rewrite, unless the model wrote none or gave the follow-up back while it
-    still points back. Then the last question asked comes first and the follow-up after it, so that the search holds
-    what "it" names (the glued search `epi chat` used before the rewrite; docs/heldout.md, "Follow-ups")."""
+    still points back. Then the last question asked comes first (after the questions it pointed back to, in turn)
+    and the follow-up after it, so that the search holds what "it" names (the glued search `epi chat` used before
+    the rewrite; docs/heldout.md, "Follow-ups")."""
     def bare(text: str) -> str:
         return re.sub(r"\W+", " ", text).strip().lower()
 
     if rewrite and bare(rewrite) != bare(follow_up):
         return rewrite
-    last = next((m["content"] for m in reversed(history) if m["role"] == "user"), "")
-    return f"{last} {follow_up}".strip() if last and _POINTS_BACK.search(follow_up) else follow_up
+    if not _POINTS_BACK.search(follow_up):
+        return follow_up
+    # The last question, and before it each earlier one it pointed back to in turn ("And how do I remove it
+    # again?" names its breakpoint only in the question before it).
+    chain: list[str] = []
+    for asked in reversed([m["content"] for m in history if m["role"] == "user"]):
+        chain.insert(0, asked)
+        if not _POINTS_BACK.search(asked):
+            break
+    return " ".join(chain + [follow_up])
 
 
 class Condenser:
