@@ -25,7 +25,6 @@ from episodic_cli.engine.ask_options import AskOptions
 from episodic_cli.engine.paths import cache_dir
 from episodic_cli.engine.retrieval.citations import citation
 from episodic_cli.engine.retrieval.question_kind import QuestionKind
-from episodic_cli.engine.retrieval.retrieve import relevance_order
 from episodic_cli.engine.workspace import Workspace
 from episodic_cli.store import Store
 
@@ -42,7 +41,7 @@ def ensure_store(store: Path, documents: list[str], model: str) -> None:
 
 def ask(ws: Workspace, st: Store, question: str, history: list[dict] | None, search: str | None,
         kind: QuestionKind | None, max_tokens: int | None, method: str,
-        mode: str | None = None, carried: list | None = None) -> dict:
+        mode: str | None = None) -> dict:
     t0 = time.perf_counter()
     holder: dict = {}
 
@@ -51,8 +50,7 @@ def ask(ws: Workspace, st: Store, question: str, history: list[dict] | None, sea
         return bool(max_tokens and r is not None and len(r.answer.text) > 4 * max_tokens)
 
     options = AskOptions(kind=kind, mode=mode, cold_seconds=None, whole_method=method)
-    result, stream = ws.ask(st, question, options, history=history, search=search, should_stop=stop,
-                            carried=carried)
+    result, stream = ws.ask(st, question, options, history=history, search=search, should_stop=stop)
     holder["result"] = result
     for _ in stream:
         pass
@@ -71,9 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stores", type=Path, default=cache_dir() / "heldout-whole")
     ap.add_argument("--model", default="qwen-1.5b")
     ap.add_argument("--read", choices=["auto", "lookup"], default="auto")
-    ap.add_argument("--followups", choices=["rewrite", "concat", "keep"], default="rewrite",
-                    help="keep: the follow-up searched as rewritten or as typed, with the previous turn's best "
-                         "passage read beside what it finds")
+    ap.add_argument("--followups", choices=["rewrite", "concat"], default="rewrite")
     ap.add_argument("--max-tokens", type=int, default=None, help="cut answers after about this many tokens")
     ap.add_argument("--whole-method", choices=["read", "notes", "outline"], default="read",
                     help="how a part is read whole: at once, notes on each chunk and then the answer, or at once "
@@ -116,19 +112,9 @@ def main(argv: list[str] | None = None) -> int:
                     history += [{"role": "user", "content": earlier}, {"role": "assistant", "content": answer_text}]
                 if history:
                     last_q = history[-2]["content"]
-                    search = ws.condense(history[-4:], q["question"]) if args.followups != "concat" else \
+                    search = ws.condense(history[-4:], q["question"]) if args.followups == "rewrite" else \
                         f"{last_q} {q['question']}"
-                    carried = None
-                    if args.followups == "keep":
-                        # what the previous turn read: its own question, searched as a follow-up is
-                        before = history[-6:-2]
-                        last_search = ws.condense(before, last_q) if before else last_q
-                        carried = relevance_order(ws.retrieve(st, last_search, AskOptions().k,
-                                                              AskOptions().neighbours))
-                        if search.endswith(q["question"]) and search != q["question"]:  # glued: searched as typed
-                            search = q["question"]
-                    row.update(ask(ws, st, q["question"], history[-4:], search, kind, args.max_tokens, method,
-                                   args.mode, carried))
+                    row.update(ask(ws, st, q["question"], history[-4:], search, kind, args.max_tokens, method, args.mode))
                     if q.get("standalone"):
                         row["standalone_result"] = ask(ws, st, q["standalone"], None, None, kind, args.max_tokens, method, args.mode)
                 else:

@@ -42,7 +42,7 @@ from .paths import cache_dir, store_path
 from .retrieval.evidence import SentenceSupport, Support, readable, support, support_by_sentence
 from .retrieval import cold_reading
 from .retrieval.evidence import narrow as evidence_narrow
-from .retrieval.retrieve import RetrievedEvent, best_group, relevance_order, retrieve
+from .retrieval.retrieve import RetrievedEvent, relevance_order, retrieve
 from .retrieval.scope import Restriction, documents_matching, package_globs
 from .retrieval.scope import parse as parse_scope
 from .retrieval.scope import resolve as resolve_scope
@@ -431,18 +431,16 @@ class Workspace:
 
     def ask(self, store: Store, question: str, options: AskOptions = AskOptions(), *,
             history: list[dict[str, str]] | None = None, search: str | None = None,
-            should_stop: Callable[[], bool] | None = None, carried: list[RetrievedEvent] | None = None
-            ) -> tuple[AskResult, Iterator[str]]:
+            should_stop: Callable[[], bool] | None = None) -> tuple[AskResult, Iterator[str]]:
         """`answer_question` (below), with the result able to check a long answer's sentences by meaning."""
         result, stream = self.answer_question(store, question, options, history=history, search=search,
-                                              should_stop=should_stop, carried=carried)
+                                              should_stop=should_stop)
         result.embed = self.embedder.embed_query
         return result, stream
 
     def answer_question(self, store: Store, question: str, options: AskOptions = AskOptions(), *,
                         history: list[dict[str, str]] | None = None, search: str | None = None,
-                        should_stop: Callable[[], bool] | None = None, carried: list[RetrievedEvent] | None = None
-                        ) -> tuple[AskResult, Iterator[str]]:
+                        should_stop: Callable[[], bool] | None = None) -> tuple[AskResult, Iterator[str]]:
         """Retrieve now; return the result (filled in as the stream is consumed) and the answer stream.
         `options`: the choices the question is answered with (engine/ask_options.py, `epi ask`'s defaults).
         Beside them, what is not a choice but this call's own: `history`, the conversation so far (earlier
@@ -482,22 +480,17 @@ class Workspace:
                 if found is not None:
                     found[0].scope = scope
                     return found
-        return self._ask_lookup(store, question, search, scope, options, history, started, should_stop, carried)
+        return self._ask_lookup(store, question, search, scope, options, history, started, should_stop)
 
     def _ask_lookup(self, store: Store, question: str, search: str, scope: Restriction, options: AskOptions,
-                    history: list[dict[str, str]] | None, started: float, should_stop: Callable[[], bool] | None,
-                    carried: list[RetrievedEvent] | None = None) -> tuple[AskResult, Iterator[str]]:
+                    history: list[dict[str, str]] | None, started: float, should_stop: Callable[[], bool] | None
+                    ) -> tuple[AskResult, Iterator[str]]:
         """The k best events and their neighbours (a layered answer: a pool of them), read in relevance order."""
         k, neighbours, mode, layered = options.k, options.neighbours, options.mode, options.layered
         # The sources are cut to the room the question leaves (the best hit is always read: room_beside keeps one)
         room = min(EVIDENCE_BUDGET, self.room_beside(question, history))
-        kept = best_group(carried, room // 2) if carried and not layered else []
-        room -= sum(r.n_tokens for r in kept)
         retrieved = relevance_order(self.retrieve(store, search, k, neighbours, scope=scope,  # the order read
                                                   token_budget=min(LAYERED_ANCHOR_TOKENS, room) if layered else room))
-        if kept:  # the previous turn's best passage is read first, least relevant: what the follow-up points back to
-            found = {r.event.id for r in retrieved}
-            retrieved = [r for r in kept if r.event.id not in found] + retrieved
         anchors = {r.event.id for r in retrieved}
         if layered:  # a pool of whole blocks; each layer picks its own (narrowing would leave no blocks to pick)
             retrieved = self.pool(store, search, k, neighbours, scope)

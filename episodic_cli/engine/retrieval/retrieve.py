@@ -150,20 +150,3 @@ def relevance_order(items: list[RetrievedEvent]) -> list[RetrievedEvent]:
     for h in sorted(hits, key=lambda h: h.score):
         out.extend(sorted(groups[h.event.id], key=lambda r: r.event.ordinal))
     return out
-
-
-def best_group(read: list[RetrievedEvent], budget: int) -> list[RetrievedEvent]:
-    """Of events in relevance order (best hit last), the best hit and its neighbours, in reading order, within
-    `budget` tokens (the best hit always)."""
-    hits = [r for r in read if r.score is not None]
-    if not hits:
-        return read[-1:]
-    best = max(hits, key=lambda h: h.score)
-    group = sorted((r for r in read if owning_hit(r, hits) is best), key=lambda r: abs(r.event.ordinal - best.event.ordinal))
-    chosen, used = [], 0
-    for r in group:
-        if chosen and used + r.n_tokens > budget:
-            continue
-        chosen.append(r)
-        used += r.n_tokens
-    return sorted(chosen, key=lambda r: r.event.ordinal)
