@@ -58,6 +58,7 @@ def ask(ws: Workspace, st: Store, question: str, history: list[dict] | None, sea
     return {"answer": result.answer.text.strip(), "kind": result.kind.value, "read": result.reading,
             "search": result.search, "sources": [citation(r) for r in result.retrieved],
             "sentences_supported": sum(s.supported for s in sentences), "sentences": len(sentences),
+            "sentence_checks": [s.as_json(result.retrieved) for s in sentences],
             "first_token_s": round(result.answer.timings.first_token_s, 2), "notes": result.notes,
             "total_s": round(time.perf_counter() - t0, 2)}
 
