@@ -33,3 +33,12 @@ def test_a_chain_of_follow_ups_is_searched_with_the_question_it_started_from():
         f"How do I set a breakpoint in ESS? And how do I remove it again? {follow}"
     # a question that names its own subject ends the chain
     assert search_for(history[2:], follow, "") == f"And how do I remove it again? {follow}"
+
+
+def test_an_ellipsis_given_back_unchanged_is_searched_after_the_last_question():
+    history = [{"role": "user", "content": "Can Nettle make RSA signatures over a SHA-256 hash?"},
+               {"role": "assistant", "content": "Yes: rsa_sha256_sign_tr."}]
+    for follow in ("And with SHA-384?", "What about SHA-512?", "Why a blinded one?"):
+        assert search_for(history, follow, follow) == f"{history[0]['content']} {follow}"
+    # a question that only mentions "and" inside stands alone
+    assert search_for(history, "Which hashes and ciphers are there?", "") == "Which hashes and ciphers are there?"

@@ -18,6 +18,12 @@ TURN_CHARS = 600         # of each earlier turn, the end is what a follow-up ref
 
 # Words by which a follow-up points back into the conversation ("does it quote the value?").
 _POINTS_BACK = re.compile(r"\b(?:it|its|he|she|him|her|his|they|them|their|that|this|these|those|there)\b", re.I)
+# Openings by which a follow-up leaves out what it is about ("And with SHA-384?", "What if I deleted the branch?").
+_ELLIPSIS = re.compile(r"^\W*(?:and|or|but|what if|what about|how about|why)\b", re.I)
+
+
+def _continues(question: str) -> bool:
+    return bool(_POINTS_BACK.search(question) or _ELLIPSIS.match(question))
 
 
 def search_for(history: list[dict[str, str]], follow_up: str, rewrite: str) -> str:
@@ -30,14 +36,14 @@ def search_for(history: list[dict[str, str]], follow_up: str, rewrite: str) -> s
 
     if rewrite and bare(rewrite) != bare(follow_up):
         return rewrite
-    if not _POINTS_BACK.search(follow_up):
+    if not _continues(follow_up):
         return follow_up
     # The last question, and before it each earlier one it pointed back to in turn ("And how do I remove it
     # again?" names its breakpoint only in the question before it).
     chain: list[str] = []
     for asked in reversed([m["content"] for m in history if m["role"] == "user"]):
         chain.insert(0, asked)
-        if not _POINTS_BACK.search(asked):
+        if not _continues(asked):
             break
     return " ".join(chain + [follow_up])
 
