@@ -404,6 +404,11 @@ def sentence_evidence(result, sentences) -> None:
             out.print(f"[green]✓[/] {escape(s.sentence)}", soft_wrap=True)
             for e in s.evidence:
                 _quote(result, e)
+        elif s.doubted:
+            out.print(f"[yellow]? {escape(s.sentence)}[/]\n   [dim yellow]the closest quote may not say this; read it "
+                      "before trusting the sentence:[/]", soft_wrap=True)
+            for e in s.evidence:
+                _quote(result, e)
         else:
             out.print(f"[yellow]? {escape(s.sentence)}[/]\n   [dim yellow]no sentence in the sources holds this[/]",
                       soft_wrap=True)

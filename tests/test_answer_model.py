@@ -52,3 +52,42 @@ def test_qwen_1_5b_rewrites_a_follow_up_with_the_name_it_points_back_to(tmp_path
         assert "Ilse Marrow" in rewritten and "she" not in rewritten.lower().split(), rewritten
     finally:
         ws.close()
+
+
+@needs_1_5b
+@pytest.mark.slow
+def test_qwen_1_5b_doubts_a_quote_that_does_not_state_its_sentence():
+    """Evidence sentence by sentence, checked by the answer model (engine/answer/claim_check.py): both sentences of
+    the answer share their words with the source, so both find a quote; the model passes the one the source states
+    and doubts the invented one, which is then shown unsupported, its closest quote kept."""
+    from episodic_cli.engine.answer.claim_check import ClaimChecker
+    from episodic_cli.engine.answer.records import Answer
+    from episodic_cli.engine.llama.backend import LlamaModel
+    from episodic_cli.engine.llama.models import prepare_model
+    from episodic_cli.engine.retrieval.evidence import support_by_sentence
+    from episodic_cli.engine.retrieval.retrieve import RetrievedEvent
+    from episodic_cli.engine.workspace import AskResult
+    from episodic_cli.store import DocumentRecord, EventRecord
+
+    text = ("Ilse Marrow founded the guild of glassmakers in Veldra in 1820. "
+            "Her brother Tomas ran the furnace at Brask until it burned down in 1834.")
+    event = EventRecord(ordinal=0, token_start=0, token_end=30, char_start=0, char_end=len(text), page_start=None,
+                        page_end=None, line_start=1, line_end=1, surprise_mean=0.0, surprise_max=0.0, text=text, id=1)
+    doc = DocumentRecord(path="v.txt", display_path="v.txt", kind="text", content_sha256="x", n_tokens=30,
+                         n_events=1, n_pages=None, n_lines=1, ingest_seconds=0.0)
+    retrieved = [RetrievedEvent(event, doc, 1.0, 0)]
+    question = "What happened in Veldra and Brask?"
+    answer = ("Ilse Marrow founded the glassmakers' guild of Veldra in 1820. "
+              "The furnace at Brask was sold to Ilse Marrow in 1834.")
+    assert [s.supported for s in support_by_sentence(question, answer, retrieved)] == [True, True]
+    model = LlamaModel(prepare_model("qwen-1.5b").path)
+    checker = ClaimChecker(model)
+    try:
+        result = AskResult(question, "kv", retrieved, Answer(), check_claim=checker.p_stated)
+        result.answer.text = answer
+        checked = result.sentence_support()
+        assert [(s.supported, s.doubted) for s in checked] == [(True, False), (False, True)]
+        assert any("furnace at Brask" in e.quote for e in checked[1].evidence)
+    finally:
+        checker.close()
+        model.close()

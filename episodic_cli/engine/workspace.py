@@ -48,6 +48,7 @@ from .retrieval.scope import parse as parse_scope
 from .retrieval.scope import resolve as resolve_scope
 from .retrieval.weights import episodic_weights
 from .answer.map_writer import MapProgress, MapWriter
+from .answer.claim_check import STATED_AT, ClaimChecker
 from .answer.condense import Condenser, search_for
 from .prompt import asks_how, each_section_request, notes_answer_request, overview_request, whole_scope_request
 from .retrieval.question_kind import QuestionKind, asks_each_part, classify
@@ -79,14 +80,23 @@ class AskResult:
     search: str | None = None   # what retrieval looked for, when not the question (a chat follow-up's rewrite)
     embed: Callable[[str], object] | None = None  # the question encoder, for evidence by meaning (support_by_sentence)
     notes: list[str] | None = None  # a part read in chunks, notes on each, then the answer: the notes (answer/notes.py)
+    # (sentence, quotes) -> the answer model's probability that the quotes state it (answer/claim_check.py)
+    check_claim: Callable[[str, list[str]], float] | None = None
 
     def sentence_support(self) -> list[SentenceSupport]:
-        """Each sentence of the answer with the quote that supports it, or none (computed once complete)."""
+        """Each sentence of the answer with the quote that supports it, or none (computed once complete); with
+        `check_claim`, in an answer of several sentences (one sentence is shown with support() instead), a sentence
+        whose quotes the answer model doubts state it is not supported."""
         text = self.answer.text.strip()
         cached = self.__dict__.get("_sentences")
         if cached is None or cached[1] != text:
-            cached = self.__dict__["_sentences"] = (
-                support_by_sentence(self.question, text, self.retrieved, embed=self.embed), text)
+            found = support_by_sentence(self.question, text, self.retrieved, embed=self.embed)
+            if self.check_claim is not None and len(found) > 1:
+                found = [replace(s, supported=False, doubted=True)
+                         if s.supported and s.evidence and
+                         self.check_claim(s.sentence, [e.quote for e in s.evidence]) < STATED_AT else s
+                         for s in found]
+            cached = self.__dict__["_sentences"] = (found, text)
         return cached[0]
 
     def support(self) -> Support:
@@ -194,6 +204,7 @@ class Workspace:
         self.on_prepare = on_prepare  # kv mode: progress of events prepared from text (cold)
         self._answerers: dict[str, TextModeAnswerer | KVModeAnswerer] = {}
         self._condenser: Condenser | None = None
+        self._claim_checker: ClaimChecker | None = None
         # --layered: tokens of retrieved blocks in the pool (0: what the answer context holds, laid out in order;
         # more: lanes sharing positions, engine/answer/layered.py, each layer still seeing LAYER_BUDGET of them)
         self.layered_pool = 0
@@ -436,7 +447,21 @@ class Workspace:
         result, stream = self.answer_question(store, question, options, history=history, search=search,
                                               should_stop=should_stop)
         result.embed = self.embedder.embed_query
+        if self.checks_claims:
+            result.check_claim = self._check_claim
         return result, stream
+
+    @property
+    def checks_claims(self) -> bool:
+        """Whether the answer model reads each supporting quote to check that it states its sentence: every model
+        but the bundled SmolLM2-135M, too small to judge (measured with Qwen 1.5B: docs/heldout.md, "Evidence
+        sentence by sentence: the answer model checks each quote")."""
+        return self.prepared.source.name != BUNDLED_MODEL_FILE
+
+    def _check_claim(self, sentence: str, quotes: list[str]) -> float:
+        if self._claim_checker is None:
+            self._claim_checker = ClaimChecker(self.model, self.threads)
+        return self._claim_checker.p_stated(sentence, quotes)
 
     def answer_question(self, store: Store, question: str, options: AskOptions = AskOptions(), *,
                         history: list[dict[str, str]] | None = None, search: str | None = None,
@@ -805,9 +830,10 @@ class Workspace:
         for answerer in self._answerers.values():
             answerer.close()
         self._answerers.clear()
-        if self._condenser is not None:
-            self._condenser.close()
-            self._condenser = None
+        for helper in (self._condenser, self._claim_checker):
+            if helper is not None:
+                helper.close()
+        self._condenser = self._claim_checker = None
         own = self.__dict__.pop("_loaded_model", None)
         if own is not None and self.__dict__.get("model") is own:
             del self.__dict__["model"]

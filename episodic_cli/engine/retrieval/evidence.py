@@ -368,9 +368,13 @@ class SentenceSupport:
     evidence: list[Evidence]
     supported: bool
     coverage: float
+    # a quote was found, but the answer model read it and doubts it states the sentence (answer/claim_check.py):
+    # not supported, and the quote is shown as the closest one
+    doubted: bool = False
 
     def as_json(self, retrieved: list[RetrievedEvent]) -> dict:
         return {"sentence": self.sentence, "supported": self.supported, "coverage": self.coverage,
+                "doubted": self.doubted,
                 "quotes": [{"event_id": retrieved[e.index].event.id, "quote": e.quote, "page": e.page,
                             "line_start": e.line_start, "line_end": e.line_end} for e in self.evidence]}
 
