@@ -18,30 +18,18 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 mkdir -p "$DEST/r-intro" "$DEST/gnu-standards"
 
-have() {  # have SHA256 FILE: true when FILE exists with that sha256
-    [ -f "$2" ] && echo "$1  $2" | sha256sum -c --quiet - >/dev/null 2>&1
-}
-
-# fetch PACKAGE VERSION DEB_SHA256 PATH_IN_DEB TARGET
-fetch() {
-    (cd "$TMP" && apt-get download "$1=$2")
-    deb="$TMP/$1_$(echo "$2" | sed 's/:/%3a/')_all.deb"
-    echo "$3  $deb" | sha256sum -c --quiet -
-    dpkg-deb -x "$deb" "$TMP/$1"
-    cp "$TMP/$1/$4" "$5.tmp"
-    mv "$5.tmp" "$5"
-}
+. "$(dirname "$0")/../debian_fetch.sh"
 
 R_INTRO_SHA=87742ee52d0a01b04aa5d9da5d2e2716ef8b278a681a366f3830192ec27985ed
 STANDARDS_SHA=8983c66376f7c9db00720b54b909a118a0a2bf4d7690a9227c718a7c19778312
 
 have $R_INTRO_SHA "$DEST/r-intro/R-intro.html" ||
-    fetch r-doc-html 4.2.2.20221110-2 \
+    fetch r-doc-html all 4.2.2.20221110-2 \
         2c615dd386993a440b80fd4e9060318386e31fbe47f5be65f295f5fb34002c5c \
         usr/share/R/doc/manual/R-intro.html "$DEST/r-intro/R-intro.html"
 
 have $STANDARDS_SHA "$DEST/gnu-standards/standards.html" ||
-    fetch gnu-standards 2022.03.23-0.1 \
+    fetch gnu-standards all 2022.03.23-0.1 \
         2087dda531c69d8505856a45e0334746f3f25211a237c95d375eed13a7d8c201 \
         usr/share/doc/gnu-standards/standards.html "$DEST/gnu-standards/standards.html"
 

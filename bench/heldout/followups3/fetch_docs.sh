@@ -19,20 +19,7 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 mkdir -p "$DEST/nettle" "$DEST/git-user-manual"
 
-have() {  # have SHA256 FILE: true when FILE exists with that sha256
-    [ -f "$2" ] && echo "$1  $2" | sha256sum -c --quiet - >/dev/null 2>&1
-}
-
-# fetch PACKAGE ARCH VERSION DEB_SHA256 PATH_IN_DEB TARGET
-fetch() {
-    if [ "$2" = all ]; then spec="$1=$3"; else spec="$1:$2=$3"; fi
-    (cd "$TMP" && apt-get download "$spec")
-    deb="$TMP/$1_$(echo "$3" | sed 's/:/%3a/')_$2.deb"
-    echo "$4  $deb" | sha256sum -c --quiet -
-    dpkg-deb -x "$deb" "$TMP/$1"
-    cp "$TMP/$1/$5" "$6.tmp"
-    mv "$6.tmp" "$6"
-}
+. "$(dirname "$0")/../debian_fetch.sh"
 
 NETTLE_SHA=1942e00ca583738d96803eb9ed7ddcca941e44aba83f21b405638aa2b25b0930
 GIT_MANUAL_SHA=6a214e62aade7d62c1c6abce4ea6332239b5e946a0a2b30147515aa345eb473c
