@@ -24,13 +24,15 @@ from episodic_cli.engine.llama.models import prepare_model
 
 
 def sentences(rows_files: list[Path]):
-    """(key, sentence, quotes) for every sentence of every answer (and standalone answer) in the rows."""
+    """(key, sentence, quotes, found by the word check) for every sentence of every answer (and standalone answer)
+    in the rows; rows recorded with the quote check on mark the sentences it doubted, which the words found."""
     for path in rows_files:
         for row in json.loads(path.read_text())["rows"]:
             for tag, result in (("", row), ("standalone", row.get("standalone_result") or {})):
                 for n, check in enumerate(result.get("sentence_checks") or []):
                     key = f"{row['qid']}{'/' + tag if tag else ''}#{n}"
-                    yield key, check["sentence"], [q["quote"] for q in check["quotes"]], check["supported"]
+                    yield (key, check["sentence"], [q["quote"] for q in check["quotes"]],
+                           check["supported"] or check.get("doubted", False))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,10 +46,14 @@ def main(argv: list[str] | None = None) -> int:
     checker = ClaimChecker(model)
     labels = json.loads(args.labels.read_text()) if args.labels else {}
     out, t0 = [], time.perf_counter()
-    for key, sentence, quotes, supported in sentences(args.rows):
-        p_yes = checker.p_stated(sentence, quotes) if supported and quotes else None
-        out.append({"key": key, "sentence": sentence, "supported": supported, "p_yes": p_yes,
-                    "label": labels.get(key)})
+    try:
+        for key, sentence, quotes, supported in sentences(args.rows):
+            p_yes = checker.p_stated(sentence, quotes) if supported and quotes else None
+            out.append({"key": key, "sentence": sentence, "supported": supported, "p_yes": p_yes,
+                        "label": labels.get(key)})
+    finally:
+        checker.close()
+        model.close()
     seconds = time.perf_counter() - t0
     checked = [o for o in out if o["p_yes"] is not None]
     print(f"{len(out)} sentences, {len(checked)} marked supported by the word check; model read them in "
@@ -63,8 +69,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         args.out.write_text(json.dumps({"seconds": round(seconds, 1), "sentences": out}, indent=1,
                                        ensure_ascii=False) + "\n")
-    checker.close()
-    model.close()
     return 0
 
 

@@ -259,7 +259,9 @@ def answer_text(a: Answer) -> str:
             lines.append(f"{'✓' if s.supported else '?'} {s.sentence}")
             lines += [f"   “{q.quote}” ({q.citation}" + (f", event {q.event_id})" if q.event_id is not None else ")")
                       for q in s.quotes]
-            if not s.supported:
+            if s.doubted:
+                lines.append("   the closest quote may not say this; read it before trusting the sentence")
+            elif not s.supported:
                 lines.append("   no sentence in the sources holds this")
         parts.append("\n".join(lines))
     else:

@@ -379,7 +379,8 @@ def evidence(result) -> None:
     """The quotes that support the answer, under it, with the answer's own words highlighted; or, when no sentence
     of the sources holds them, a plain statement that the answer is not sourced. An answer of several sentences is
     checked sentence by sentence instead."""
-    sentences = result.sentence_support()
+    with out.status("checking the evidence, sentence by sentence", spinner="dots"):
+        sentences = result.sentence_support()  # with the answer model, about a second a sentence
     if len(sentences) > 1:
         sentence_evidence(result, sentences)
         return

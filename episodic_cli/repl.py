@@ -22,7 +22,7 @@ from .engine.ask_options import AskOptions
 from .engine.paths import data_dir
 from .engine.prompt import check_question_length
 from .engine.errors import EpiError
-from .engine.retrieval.scope import documents_matching, names_a_place
+from .engine.retrieval.scope import documents_matching
 from .chat_prefetch import ChatPrefetch
 from .engine.workspace import Workspace
 from .store import Store, StoreError
@@ -148,7 +148,7 @@ def _loop(ws: Workspace, store: Store, options: AskOptions, ahead: ChatPrefetch 
                 ahead.pause()  # the question gets the cores; the helper finishes the event it is preparing
             store.refresh()  # an ingest running beside the chat commits document after document
             recent = history[-2 * HISTORY_TURNS:]
-            query = ws.condense(recent, line) if recent and not names_a_place(line) else line
+            query = ws.condense(recent, line) if recent else line  # a line naming its own place is searched as typed
             result, stream = ws.ask(store, line, options, history=recent, search=query)
             render.scope(result.scope)
             render.reading(result)

@@ -38,8 +38,30 @@ def test_a_chain_of_follow_ups_is_searched_with_the_question_it_started_from():
 def test_an_ellipsis_given_back_unchanged_is_searched_after_the_last_question():
     history = [{"role": "user", "content": "Can Nettle make RSA signatures over a SHA-256 hash?"},
                {"role": "assistant", "content": "Yes: rsa_sha256_sign_tr."}]
-    for follow in ("And with SHA-384?", "What about SHA-512?", "Why a blinded one?"):
+    for follow in ("And with SHA-384?", "What about SHA-512?", "what if the key is weak?"):
         assert search_for(history, follow, follow) == f"{history[0]['content']} {follow}"
+    # a why-question names its subject as often as not, and a glued search takes the last question's scope too
+    assert search_for(history, "Why does git push fail?", "") == "Why does git push fail?"
     # a question that only mentions "and" inside stands alone
     assert search_for(history, "Which hashes and ciphers does Nettle have?", "") == \
         "Which hashes and ciphers does Nettle have?"
+
+
+def test_a_chain_holds_at_most_the_last_two_questions():
+    history = []
+    for q in ("How do I set a breakpoint in ESS?", "And how do I remove it?", "And all of them?"):
+        history += [{"role": "user", "content": q}, {"role": "assistant", "content": "..."}]
+    assert search_for(history, "And from the menu?", "") == "And how do I remove it? And all of them? And from the menu?"
+
+
+def test_a_follow_up_naming_its_own_place_is_searched_as_typed(tmp_path):
+    """On every path (chat, `epi ask --continue`, the Python API): "And in chapter 4?" is not glued to a question
+    about chapter 3, which would search both chapters. No model is loaded for it."""
+    from episodic_cli.engine.workspace import Workspace
+
+    ws = Workspace(None, str(tmp_path / "store"))
+    history = [{"role": "user", "content": "What does chapter 3 say about Anne?"},
+               {"role": "assistant", "content": "She leaves Kellynch."}]
+    assert ws.condense(history, "And in chapter 4?") == "And in chapter 4?"
+    assert "model" not in ws.__dict__
+    ws.close()

@@ -43,12 +43,12 @@ from .retrieval.evidence import SentenceSupport, Support, readable, support, sup
 from .retrieval import cold_reading
 from .retrieval.evidence import narrow as evidence_narrow
 from .retrieval.retrieve import RetrievedEvent, relevance_order, retrieve
-from .retrieval.scope import Restriction, documents_matching, package_globs
+from .retrieval.scope import Restriction, documents_matching, names_a_place, package_globs
 from .retrieval.scope import parse as parse_scope
 from .retrieval.scope import resolve as resolve_scope
 from .retrieval.weights import episodic_weights
 from .answer.map_writer import MapProgress, MapWriter
-from .answer.claim_check import STATED_AT, ClaimChecker
+from .answer.claim_check import CHECKING_PARAMS, MAX_CHECKED, STATED_AT, ClaimChecker
 from .answer.condense import Condenser, search_for
 from .prompt import asks_how, each_section_request, notes_answer_request, overview_request, whole_scope_request
 from .retrieval.question_kind import QuestionKind, asks_each_part, classify
@@ -86,16 +86,19 @@ class AskResult:
     def sentence_support(self) -> list[SentenceSupport]:
         """Each sentence of the answer with the quote that supports it, or none (computed once complete); with
         `check_claim`, in an answer of several sentences (one sentence is shown with support() instead), a sentence
-        whose quotes the answer model doubts state it is not supported."""
+        whose quotes the answer model doubts state it is not supported (the first MAX_CHECKED sentences with quotes:
+        about a second each on 2 cores)."""
         text = self.answer.text.strip()
         cached = self.__dict__.get("_sentences")
         if cached is None or cached[1] != text:
             found = support_by_sentence(self.question, text, self.retrieved, embed=self.embed)
             if self.check_claim is not None and len(found) > 1:
-                found = [replace(s, supported=False, doubted=True)
-                         if s.supported and s.evidence and
-                         self.check_claim(s.sentence, [e.quote for e in s.evidence]) < STATED_AT else s
-                         for s in found]
+                checked = 0
+                for n, s in enumerate(found):
+                    if s.supported and s.evidence and checked < MAX_CHECKED:
+                        checked += 1
+                        if self.check_claim(s.sentence, [e.quote for e in s.evidence]) < STATED_AT:
+                            found[n] = replace(s, supported=False, doubted=True)
             cached = self.__dict__["_sentences"] = (found, text)
         return cached[0]
 
@@ -453,15 +456,19 @@ class Workspace:
 
     @property
     def checks_claims(self) -> bool:
-        """Whether the answer model reads each supporting quote to check that it states its sentence: every model
-        but the bundled SmolLM2-135M, too small to judge (measured with Qwen 1.5B: docs/heldout.md, "Evidence
-        sentence by sentence: the answer model checks each quote")."""
-        return self.prepared.source.name != BUNDLED_MODEL_FILE
+        """Whether the answer model reads each supporting quote to check that it states its sentence: models of a
+        billion parameters or more (measured with Qwen 1.5B: docs/heldout.md, "Evidence sentence by sentence: the
+        answer model checks each quote"); the bundled SmolLM2-135M is too small to judge."""
+        return self.model.info.n_params >= CHECKING_PARAMS
 
     def _check_claim(self, sentence: str, quotes: list[str]) -> float:
         if self._claim_checker is None:
             self._claim_checker = ClaimChecker(self.model, self.threads)
-        return self._claim_checker.p_stated(sentence, quotes)
+        try:
+            return self._claim_checker.p_stated(sentence, quotes)
+        except EpiError as exc:  # the answer is shown already: the sentence keeps its quote, unchecked
+            self.warn(f"a sentence's quote was not checked: {exc}")
+            return 1.0
 
     def answer_question(self, store: Store, question: str, options: AskOptions = AskOptions(), *,
                         history: list[dict[str, str]] | None = None, search: str | None = None,
@@ -706,9 +713,10 @@ class Workspace:
 
     def condense(self, history: list[dict[str, str]], follow_up: str) -> str:
         """The standalone question a chat follow-up means, written by the answer model from the conversation
-        (condense-question); the follow-up itself when there is no history. A rewrite that resolved nothing is
-        replaced by the last question and the follow-up together (condense.search_for)."""
-        if not history:
+        (condense-question); the follow-up itself when there is no history or it names its own chapter, page, file
+        or symbol. A rewrite that resolved nothing is replaced by the last question and the follow-up together
+        (condense.search_for)."""
+        if not history or names_a_place(follow_up):
             return follow_up
         if self._condenser is None:
             self._condenser = Condenser(self.model, self.threads)

@@ -18,8 +18,10 @@ TURN_CHARS = 600         # of each earlier turn, the end is what a follow-up ref
 
 # Words by which a follow-up points back into the conversation ("does it quote the value?").
 _POINTS_BACK = re.compile(r"\b(?:it|its|he|she|him|her|his|they|them|their|that|this|these|those|there)\b", re.I)
-# Openings by which a follow-up leaves out what it is about ("And with SHA-384?", "What if I deleted the branch?").
-_ELLIPSIS = re.compile(r"^\W*(?:and|or|but|what if|what about|how about|why)\b", re.I)
+# Openings by which a follow-up leaves out what it is about ("And with SHA-384?", "What if I deleted the branch?"). Not
+# "why": a why-question names its subject as often as not, and a glued search also takes the last question's scope.
+_ELLIPSIS = re.compile(r"^\W*(?:and|or|but|what if|what about|how about)\s", re.I)
+CHAIN_QUESTIONS = 2  # earlier questions a glued search holds at most (chat keeps the last two turns)
 
 
 def _continues(question: str) -> bool:
@@ -28,9 +30,11 @@ def _continues(question: str) -> bool:
 
 def search_for(history: list[dict[str, str]], follow_up: str, rewrite: str) -> str:
     """What a follow-up is searched as: its rewrite, unless the model wrote none or gave the follow-up back while it
-    still points back. Then the last question asked comes first (after the questions it pointed back to, in turn)
-    and the follow-up after it, so that the search holds what "it" names (the glued search `epi chat` used before
-    the rewrite; docs/heldout.md, "Follow-ups")."""
+    still points back ("does it quote the value?") or leaves its subject out ("and with SHA-384?"). Then the last
+    question asked comes first (after the one before it, when it continued that one) and the follow-up after it, so
+    that the search holds what "it" names (the glued search `epi chat` used before the rewrite; docs/heldout.md,
+    "Follow-ups"). The glued text also sets the scope and kind: "what does she do there?" after "summarise chapter
+    3" stays in chapter 3."""
     def bare(text: str) -> str:
         return re.sub(r"\W+", " ", text).strip().lower()
 
@@ -41,7 +45,7 @@ def search_for(history: list[dict[str, str]], follow_up: str, rewrite: str) -> s
     # The last question, and before it each earlier one it pointed back to in turn ("And how do I remove it
     # again?" names its breakpoint only in the question before it).
     chain: list[str] = []
-    for asked in reversed([m["content"] for m in history if m["role"] == "user"]):
+    for asked in reversed([m["content"] for m in history if m["role"] == "user"][-CHAIN_QUESTIONS:]):
         chain.insert(0, asked)
         if not _continues(asked):
             break
