@@ -32,23 +32,21 @@ class ClaimChecker:
         self.session = LlamaSession(model, n_ctx=min(CHECK_CONTEXT, model.info.n_ctx_train), n_threads=n_threads)
         self._yes = sorted({int(model.tokenize(w)[0]) for w in ("yes", "Yes", " yes", " Yes")})
         self._no = sorted({int(model.tokenize(w)[0]) for w in ("no", "No", " no", " No")})
+        # The prompt around the source and the claim, tokenized once: the same for every sentence.
+        head, rest = model.apply_chat_template([
+            {"role": "system", "content": CHECK_SYSTEM},
+            {"role": "user", "content": CHECK_ASK.format(source=_MARK, claim=_MARK)}]).split(_MARK, 1)
+        self._frame = [model.tokenize(t, special=True) for t in (head, *rest.split(_MARK, 1))]
+        self._room = self.session.n_ctx - 1 - sum(len(t) for t in self._frame)
 
     def p_stated(self, sentence: str, quotes: list[str]) -> float:
         """The model's probability that the quotes state the sentence: its next-token logits for yes against no.
         Document text is tokenized as text (a control token in it is not one), and a prompt longer than the context
         (dense scripts, minified lines) keeps its end: the claim and the question."""
-        source = self.model.tokenize("\n".join(q[:CHECK_CHARS] for q in quotes))
-        claim = self.model.tokenize(sentence[:CHECK_CHARS])
-        head, tail = self.model.apply_chat_template([
-            {"role": "system", "content": CHECK_SYSTEM},
-            {"role": "user", "content": CHECK_ASK.format(source=_MARK, claim=_MARK)}]).split(_MARK, 1)
-        middle, tail = tail.split(_MARK, 1)
-        room = self.session.n_ctx - 1 - sum(len(self.model.tokenize(t, special=True)) for t in (head, middle, tail))
-        claim = claim[-max(room // 2, 1):]
-        source = source[-max(room - len(claim), 1):]
-        tokens = np.concatenate([self.model.tokenize(head, special=True), source,
-                                 self.model.tokenize(middle, special=True), claim,
-                                 self.model.tokenize(tail, special=True)]).astype(np.int32)
+        claim = self.model.tokenize(sentence[:CHECK_CHARS])[-max(self._room // 2, 1):]
+        source = self.model.tokenize("\n".join(q[:CHECK_CHARS] for q in quotes))[-max(self._room - len(claim), 1):]
+        head, middle, tail = self._frame
+        tokens = np.concatenate([head, source, middle, claim, tail]).astype(np.int32)
         self.session.clear()
         self.session.prefill(tokens)
         logits = self.session.last_logits()
