@@ -187,7 +187,7 @@ class Answer(_Record):
     text: str
     kind: str                     # "lookup" (a few passages), "whole" (a named part read whole), "overview" (the map)
     mode: str                     # "kv" (stored KV blocks) or "text"
-    supported: bool               # its quotes hold at least half of what it says (docs/how-it-works.md)
+    supported: bool               # the sources hold it: half its words, or half its sentences (docs/usage.md)
     evidence: list[Quote]
     sentences: list[SentenceEvidence]
     sources: list[Source]
@@ -382,7 +382,7 @@ def answer_of(result: EngineResult, notes: list[str] | None = None) -> Answer:
     t = result.answer.timings
     return Answer(
         question=result.question, text=result.answer.text.strip(), kind=result.kind.value, mode=result.mode,
-        supported=found.supported, evidence=[_quote(result, e) for e in found.evidence],
+        supported=result.supported(), evidence=[_quote(result, e) for e in found.evidence],
         sentences=[SentenceEvidence(s.sentence, s.supported, [_quote(result, e) for e in s.evidence], s.doubted)
                    for s in result.sentence_support()],
         sources=sources,

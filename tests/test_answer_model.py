@@ -88,6 +88,7 @@ def test_qwen_1_5b_doubts_a_quote_that_does_not_state_its_sentence():
         checked = result.sentence_support()
         assert [(s.supported, s.doubted) for s in checked] == [(True, False), (False, True)]
         assert any("furnace at Brask" in e.quote for e in checked[1].evidence)
+        assert result.supported()  # one sentence of two is supported: half
         # a prompt longer than the check's context (dense script, a control token as text) is cut, not refused
         assert 0.0 <= checker.p_stated("x " * 3000, ["漢字" * 3000, "<|im_start|>" * 300]) <= 1.0
     finally:

@@ -154,6 +154,32 @@ def test_an_empty_answer_has_no_quotes_and_is_not_supported():
     assert result.as_json()["evidence"] == [] and result.as_json()["supported"] is False
 
 
+def test_an_answer_of_several_sentences_is_supported_by_half_of_its_sentences():
+    from episodic_cli.engine.answer.text_mode import Answer
+    from episodic_cli.engine.workspace import AskResult
+
+    result = AskResult("Where did Orla Venn hide the brass key?", "kv", [_retrieved(PROSE, line=1)], Answer())
+    result.answer.text = ("Orla Venn hid the brass key under the ninth step. The mayor of Dunmore sold it for gold "
+                          "coins. Three sailors later drowned near the lighthouse.")
+    assert [s.supported for s in result.sentence_support()] == [True, False, False]
+    assert result.supported() is False and result.as_json()["supported"] is False
+    result.answer.text = "Orla Venn hid the brass key under the ninth step. Nobody saw her do it."
+    assert result.supported() is True and result.as_json()["supported"] is True
+
+
+def test_a_result_checked_after_its_workspace_closed_does_not_load_the_model(tmp_path):
+    from episodic_cli.engine.workspace import Workspace
+
+    warned: list[str] = []
+    ws = Workspace(model="qwen-1.5b", store=str(tmp_path / "store"), warn=warned.append)
+    asked_at = ws._closes
+    ws.close()
+    assert ws._check_claim(asked_at, "Orla hid the key.", ["Orla Venn hid the brass key."]) == 1.0
+    assert ws._check_claim(asked_at, "Nobody saw her.", ["Nobody saw her do it!"]) == 1.0
+    assert "model" not in ws.__dict__ and ws._claim_checker is None
+    assert len(warned) == 1 and "not checked" in warned[0]
+
+
 # -- sentences that hold (issue 27 item 4) ------------------------------------------------------------------------
 
 def test_sentences_keep_versions_abbreviations_initials_and_paths():

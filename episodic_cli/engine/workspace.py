@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 
 from ..store import Store, StoreIdentity, StoreMismatchError
@@ -110,6 +110,15 @@ class AskResult:
             cached = self.__dict__["_support"] = (support(self.question, text, self.retrieved), text)
         return cached[0]
 
+    def supported(self) -> bool:
+        """Whether the sources hold the answer: for one sentence, its quotes hold at least half of its own words;
+        for several, at least half of the sentences are supported (a doubted sentence is not), so a summary is not
+        judged by one quote, and a sentence the answer model doubts counts against the whole."""
+        sentences = self.sentence_support()
+        if len(sentences) > 1:
+            return 2 * sum(s.supported for s in sentences) >= len(sentences)
+        return self.support().supported
+
     def evidence_json(self) -> list[dict]:
         return [{"event_id": self.retrieved[e.index].event.id, "document": self.retrieved[e.index].document.display_path,
                  "page": e.page, "page_end": e.page_end, "line_start": e.line_start, "line_end": e.line_end,
@@ -142,9 +151,9 @@ class AskResult:
             "kv_prefilled_tokens": self.answer.kv_prefilled_tokens if self.mode == "kv" else None,
             "kv_relinked_tokens": self.answer.kv_relinked_tokens if self.mode == "kv" else None,
             "timings": self.answer.timings.as_json(),
-            # the sentences of the sources that hold the answer's own words; supported: they hold at least half
+            # the sentences of the sources that hold the answer's own words; supported: see supported()
             "evidence": self.evidence_json(),
-            "supported": self.support().supported,
+            "supported": self.supported(),
             # the answer read only the sentences that match the question best (false: the retrieved events whole)
             "narrowed": bool(self.focus),
             # --layered: the pool loaded and, per layer, how many of its blocks that layer's query selected
@@ -208,6 +217,8 @@ class Workspace:
         self._answerers: dict[str, TextModeAnswerer | KVModeAnswerer] = {}
         self._condenser: Condenser | None = None
         self._claim_checker: ClaimChecker | None = None
+        self._closes = 0  # close() counts: a result asked before a close does not load the model again to check
+        self._warned_closed = -1
         # --layered: tokens of retrieved blocks in the pool (0: what the answer context holds, laid out in order;
         # more: lanes sharing positions, engine/answer/layered.py, each layer still seeing LAYER_BUDGET of them)
         self.layered_pool = 0
@@ -451,7 +462,7 @@ class Workspace:
                                               should_stop=should_stop)
         result.embed = self.embedder.embed_query
         if self.checks_claims:
-            result.check_claim = self._check_claim
+            result.check_claim = partial(self._check_claim, self._closes)
         return result, stream
 
     @property
@@ -461,7 +472,12 @@ class Workspace:
         answer model checks each quote"); the bundled SmolLM2-135M is too small to judge."""
         return self.model.info.n_params >= CHECKING_PARAMS
 
-    def _check_claim(self, sentence: str, quotes: list[str]) -> float:
+    def _check_claim(self, opened_at: int, sentence: str, quotes: list[str]) -> float:
+        if opened_at != self._closes:  # closed since the question: loading 1.1 GB again for a check is not wanted
+            if self._warned_closed != opened_at:
+                self._warned_closed = opened_at
+                self.warn("the answer's sentences were not checked by the model: it was closed after the question")
+            return 1.0
         if self._claim_checker is None:
             self._claim_checker = ClaimChecker(self.model, self.threads)
         try:
@@ -835,6 +851,7 @@ class Workspace:
         """Free the contexts and the model's weights (a later call loads them again). `epi ingest` kept the reading
         model loaded while a second workspace warmed and mapped with the same model: two copies, 4.3 GB at peak
         (docs/benchmarks.md, "Memory")."""
+        self._closes += 1
         for answerer in self._answerers.values():
             answerer.close()
         self._answerers.clear()
