@@ -50,6 +50,14 @@ def test_qwen_1_5b_rewrites_a_follow_up_with_the_name_it_points_back_to(tmp_path
     try:
         rewritten = ws.condense(history, "Where was she born?")
         assert "Ilse Marrow" in rewritten and "she" not in rewritten.lower().split(), rewritten
+        # The prompt's instructions and examples stay in the cache between rewrites: the same as a fresh context.
+        from episodic_cli.engine.answer.condense import Condenser
+        later = ws._condenser.rewrite(history, "What did she make there?")
+        fresh = Condenser(ws.model, ws.threads)
+        try:
+            assert later == fresh.rewrite(history, "What did she make there?")
+        finally:
+            fresh.close()
     finally:
         ws.close()
 

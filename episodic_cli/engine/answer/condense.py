@@ -58,6 +58,7 @@ class Condenser:
     def __init__(self, model: LlamaModel, n_threads: int | None = None):
         self.model = model
         self.session = LlamaSession(model, n_ctx=min(CONDENSE_CONTEXT, model.info.n_ctx_train), n_threads=n_threads)
+        self._prompt = np.zeros(0, dtype=np.int32)  # the last prompt decoded: its instructions and examples are reused
 
     def rewrite(self, history: list[dict[str, str]], follow_up: str) -> str:
         """The standalone question ("" when the model writes none)."""
@@ -65,10 +66,14 @@ class Condenser:
         prompt = self.model.apply_chat_template(condense_messages(turns, follow_up))
         tokens = self.model.tokenize(prompt, special=True)
         room = self.session.n_ctx - CONDENSE_TOKENS
-        if len(tokens) > room:
-            tokens = np.asarray(tokens[len(tokens) - room:])
-        self.session.clear()
-        pos = self.session.prefill(np.asarray(tokens, dtype=np.int32))
+        tokens = np.asarray(tokens[max(len(tokens) - room, 0):], dtype=np.int32)
+        # The instructions and worked examples open every prompt: they stay in the cache, and only what follows the
+        # part shared with the last prompt is decoded (at least one token, for the logits).
+        n = min(len(tokens), len(self._prompt)) - 1
+        same = 0 if n < 1 else int(np.argmin(np.append(tokens[:n] == self._prompt[:n], False)))
+        self.session.keep_first(same)
+        self._prompt = tokens
+        pos = self.session.prefill(tokens[same:], same)
         text = ""
         for piece in self.session.generate(pos, CONDENSE_TOKENS, lambda: "\n" in text):
             text += piece

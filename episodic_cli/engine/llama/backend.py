@@ -334,6 +334,10 @@ class LlamaSession:
         L.llama_memory_clear(self.memory, True)
         self._sink = None  # surprise_pass decodes its sink again
 
+    def keep_first(self, n: int) -> None:
+        """Forget the cache from position `n` on; the first `n` positions stay as decoded (a shared prompt prefix)."""
+        L.llama_memory_seq_rm(self.memory, -1, n, -1)
+
     # -- the ingest pass --------------------------------------------------------------------------------------
 
     def surprise_pass(
