@@ -7,8 +7,7 @@ Two cases per question of a follow-up set:
   question's first turn, chosen with a fixed seed), which should be searched as asked.
 
 Each is measured with the rule that a question given back by the rewrite is glued to the last question only when
-shorter than N words, for several N (`SELF_CONTAINED_WORDS`; docs/heldout.md, "Follow-ups: a new question in a
-chat"). The model's rewrites are made once and saved (`--rewrites` reads them back).
+shorter than N words, for several N (tried, not kept: docs/heldout.md, "Follow-ups: a new question in a chat"). The model's rewrites are made once and saved (`--rewrites` reads them back).
 
     python bench/followup_search.py --set-store bench/heldout/followups5=/work/stores/fu5 [...] --out FILE
 """
@@ -17,11 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 from collections import defaultdict
 from pathlib import Path
 
-from episodic_cli.engine.answer import condense
-from episodic_cli.engine.answer.condense import Condenser
+from episodic_cli.engine.answer.condense import Condenser, search_for
 from episodic_cli.engine.retrieval.retrieve import fuse, with_leaders_first
 from episodic_cli.engine.retrieval.scope import names_a_place
 from episodic_cli.engine.workspace import Workspace
@@ -61,15 +60,17 @@ def rewrites(sets: list[tuple[Path, Path]], model: str) -> list[dict]:
 
 
 def search(history: list[dict[str, str]], asked: str, raw: str, words: int | None) -> str:
-    """The search `Workspace.condense` makes, with the length rule at `words` (None: off)."""
+    """The search `Workspace.condense` makes, with the length rule at `words` (None: off, as epi does): a question
+    given back by the rewrite is searched as typed when it has `words` words or more."""
     if names_a_place(asked):
         return asked
-    kept = condense.SELF_CONTAINED_WORDS
-    condense.SELF_CONTAINED_WORDS = words or 10**6
-    try:
-        return condense.search_for(history, asked, raw)
-    finally:
-        condense.SELF_CONTAINED_WORDS = kept
+    if words is not None and len(asked.split()) >= words and bare(raw or asked) == bare(asked):
+        return asked
+    return search_for(history, asked, raw)
+
+
+def bare(text: str) -> str:
+    return re.sub(r"\W+", " ", text).strip().lower()
 
 
 def measure(rows: list[dict], model: str) -> dict:

@@ -65,13 +65,3 @@ def test_a_follow_up_naming_its_own_place_is_searched_as_typed(tmp_path):
     assert ws.condense(history, "And in chapter 4?") == "And in chapter 4?"
     assert "model" not in ws.__dict__
     ws.close()
-
-
-def test_a_long_question_given_back_unchanged_stands_alone():
-    """A new topic in a chat often says "it" about something it names itself: searched as typed, not glued."""
-    history = [{"role": "user", "content": "How do I read a CSV file into a list of rows?"},
-               {"role": "assistant", "content": "Use csv.reader on the open file."}]
-    asked = "In a Python dictionary, what happens to the order of the keys when one of them is deleted and added again?"
-    assert search_for(history, asked, asked) == asked
-    short = "Why does it drop them?"
-    assert search_for(history, short, short) == f"{history[0]['content']} {short}"

@@ -22,10 +22,6 @@ _POINTS_BACK = re.compile(r"\b(?:it|its|he|she|him|her|his|they|them|their|that|
 # "why": a why-question names its subject as often as not, and a glued search also takes the last question's scope.
 _ELLIPSIS = re.compile(r"^\W*(?:and|or|but|what if|what about|how about)\s", re.I)
 CHAIN_QUESTIONS = 2  # earlier questions a glued search holds at most (chat keeps the last two turns)
-# A question given back this long or longer says what it is about itself ("in a Python dictionary, what happens to
-# the order of the keys when one of them is deleted and added again?"): gluing the last question to it lost half its
-# passages when the topic had changed (docs/heldout.md, "Follow-ups: a new question in a chat").
-SELF_CONTAINED_WORDS = 18
 
 
 def _continues(question: str) -> bool:
@@ -34,9 +30,9 @@ def _continues(question: str) -> bool:
 
 def search_for(history: list[dict[str, str]], follow_up: str, rewrite: str) -> str:
     """What a follow-up is searched as: its rewrite, unless the model wrote none or gave the follow-up back while it
-    still points back ("does it quote the value?") or leaves its subject out ("and with SHA-384?"), in fewer than
-    SELF_CONTAINED_WORDS words. Then the last question asked comes first (after the one before it, when it
-    continued that one) and the follow-up after it, so that the search holds what "it" names (the glued search `epi chat` used before the rewrite; docs/heldout.md,
+    still points back ("does it quote the value?") or leaves its subject out ("and with SHA-384?"). Then the last
+    question asked comes first (after the one before it, when it continued that one) and the follow-up after it, so
+    that the search holds what "it" names (the glued search `epi chat` used before the rewrite; docs/heldout.md,
     "Follow-ups"). The glued text also sets the scope and kind: "what does she do there?" after "summarise chapter
     3" stays in chapter 3."""
     def bare(text: str) -> str:
@@ -44,7 +40,7 @@ def search_for(history: list[dict[str, str]], follow_up: str, rewrite: str) -> s
 
     if rewrite and bare(rewrite) != bare(follow_up):
         return rewrite
-    if not _continues(follow_up) or len(follow_up.split()) >= SELF_CONTAINED_WORDS:
+    if not _continues(follow_up):
         return follow_up
     # The last question, and before it each earlier one it pointed back to in turn ("And how do I remove it
     # again?" names its breakpoint only in the question before it).
