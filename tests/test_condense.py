@@ -65,3 +65,37 @@ def test_a_follow_up_naming_its_own_place_is_searched_as_typed(tmp_path):
     assert ws.condense(history, "And in chapter 4?") == "And in chapter 4?"
     assert "model" not in ws.__dict__
     ws.close()
+
+
+def test_a_rewrite_after_one_that_failed_part_way_decodes_what_the_cache_lost(tmp_path):
+    """The rewrite keeps the prompt prefix it shares with the last one in the cache; a prefill that failed part-way
+    (injected) must not leave the next rewrite starting past a hole (llama.cpp refuses positions that skip)."""
+    import pytest
+
+    from tiny_gguf import write_tiny_model
+
+    from episodic_cli.engine.answer.condense import Condenser
+    from episodic_cli.engine.errors import EpiError
+    from episodic_cli.engine.llama.backend import LlamaModel
+
+    model = LlamaModel(write_tiny_model(tmp_path / "tiny.gguf"))
+    history = [{"role": "user", "content": "How do I compress a folder with gzip?"},
+               {"role": "assistant", "content": "Run tar -czf out.tar.gz folder/."}]
+    condenser, fresh = Condenser(model), Condenser(model)
+    try:
+        condenser.rewrite(history, "And with bzip2?")
+        prefill = condenser.session.prefill
+
+        def fails_part_way(tokens, pos0=0):
+            prefill(tokens[:1], pos0)  # the first token reaches the cache, then decoding fails
+            raise EpiError("llama_decode failed")
+
+        condenser.session.prefill = fails_part_way
+        with pytest.raises(EpiError):
+            condenser.rewrite(history, "What about xz?")
+        condenser.session.prefill = prefill
+        assert condenser.rewrite(history, "What about xz?") == fresh.rewrite(history, "What about xz?")
+    finally:
+        condenser.close()
+        fresh.close()
+        model.close()

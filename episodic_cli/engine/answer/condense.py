@@ -58,7 +58,7 @@ class Condenser:
     def __init__(self, model: LlamaModel, n_threads: int | None = None):
         self.model = model
         self.session = LlamaSession(model, n_ctx=min(CONDENSE_CONTEXT, model.info.n_ctx_train), n_threads=n_threads)
-        self._prompt = np.zeros(0, dtype=np.int32)  # the last prompt decoded: its instructions and examples are reused
+        self._prompt = np.zeros(0, dtype=np.int32)  # the tokens the cache holds: a prompt's instructions and examples
 
     def rewrite(self, history: list[dict[str, str]], follow_up: str) -> str:
         """The standalone question ("" when the model writes none)."""
@@ -72,8 +72,9 @@ class Condenser:
         n = min(len(tokens), len(self._prompt)) - 1
         same = 0 if n < 1 else int(np.argmin(np.append(tokens[:n] == self._prompt[:n], False)))
         self.session.keep_first(same)
-        self._prompt = tokens
+        self._prompt = tokens[:same]  # what the cache surely holds, should the prefill fail part-way
         pos = self.session.prefill(tokens[same:], same)
+        self._prompt = tokens
         text = ""
         for piece in self.session.generate(pos, CONDENSE_TOKENS, lambda: "\n" in text):
             text += piece
