@@ -99,7 +99,7 @@ def measure(rows: list[dict], model: str) -> dict:
                             ("follow-up", (r["history"], r["question"], r["raw"])),
                             ("switch", (r["switch_history"], r["standalone"], r["switch_raw"]))):
                         got = near(hits(search(history, asked, raw, words)))
-                        found[case][r["set"]][str(words)] += len(gold & got) / len(gold)
+                        found[case][r["set"]][str(words)] += len(gold & got) / max(len(gold), 1)
         ws.close()
     return {"questions": dict(counts),
             "recall": {case: {str(w): round(sum(per[s][str(w)] for s in counts) / sum(counts.values()), 3)
