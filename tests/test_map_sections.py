@@ -110,3 +110,18 @@ def test_each_section_reads_the_named_parts_sections_only(tmp_path):
     assert [s.label for s in reading.stand_ins] == ["§2.1", "§2.2"]
     assert read_sections(st, ids, 20) is None  # what does not fit is read whole instead
     st.close()
+
+
+def test_a_code_file_read_in_chunks_gives_its_document_the_whole_files_summary():
+    """A code file over the room is read in chunks; its document's summary is made from the file's summary, which
+    is keyed by the file's events' span (it was looked up under the empty path: no document summary was written)."""
+    from episodic_cli.engine.answer.map_writer import MapPart, chunks_by_part, document_sources, whole_part
+
+    code = DocumentRecord(path="/src/lexer.py", display_path="/src/lexer.py", kind="code", content_sha256="0" * 64,
+                          n_tokens=1, n_events=1, n_pages=None, n_lines=1, ingest_seconds=0.0, id=1)
+    events = _events([([], 4000), ([], 4000), ([], 4000)])
+    parts = plan_parts(code, events, ROOM)
+    assert [p.chunk for p in parts] == [1, 2, 3]
+    whole = whole_part(chunks_by_part(parts)["None"])
+    assert whole.key == MapPart(code, None, "", events).key
+    assert document_sources(parts) == [whole.key]

@@ -151,6 +151,29 @@ def plan_parts(document: DocumentRecord, events: list[EventRecord], room: int) -
     return parts
 
 
+def chunks_by_part(parts: list[MapPart]) -> dict[str, list[MapPart]]:
+    """The chunks of each part read in chunks, by the part's section path."""
+    chunked: dict[str, list[MapPart]] = {}
+    for p in parts:
+        if p.chunk is not None:
+            chunked.setdefault(str(p.path), []).append(p)
+    return chunked
+
+
+def whole_part(chunks: list[MapPart]) -> MapPart:
+    """A part read in chunks, as one: its summary is made from its chunks' summaries."""
+    return MapPart(chunks[0].document, chunks[0].path, chunks[0].label.rsplit(" (", 1)[0],
+                   [e for c in chunks for e in c.events])
+
+
+def document_sources(parts: list[MapPart]) -> list[str]:
+    """The keys of the summaries a document's summary is made from, in order: each part's, a part read in chunks as
+    one. (A code file read in chunks is keyed by its events' span, not by its empty path: with the empty path's key
+    the file's summary was never found, and a file over the room got no document summary.)"""
+    chunked = chunks_by_part(parts)
+    return list(dict.fromkeys(p.key if p.chunk is None else whole_part(chunked[str(p.path)]).key for p in parts))
+
+
 def _sections(part: MapPart, room: int) -> list[MapPart]:
     """The sections one heading below `part` worth a summary of their own (module docstring), in order; none when
     the part has fewer than two."""
@@ -307,13 +330,8 @@ class MapWriter:
 
     def _write_chunked_parts(self, doc: DocumentRecord, parts: list[MapPart], state: MapProgress) -> None:
         """A part read in chunks gets a summary of its own, from its chunks' summaries."""
-        chunked: dict[str, list[MapPart]] = {}
-        for p in parts:
-            if p.chunk is not None:
-                chunked.setdefault(str(p.path), []).append(p)
-        for chunks in chunked.values():
-            whole = MapPart(doc, chunks[0].path, chunks[0].label.rsplit(" (", 1)[0],
-                            [e for c in chunks for e in c.events])
+        for chunks in chunks_by_part(parts).values():
+            whole = whole_part(chunks)
             summaries = [s for s in (self.shelf.get(c.key) for c in chunks) if s is not None]
             if not summaries or self._fresh(whole.key, doc.content_sha256, whole.label, summaries):
                 continue
@@ -330,7 +348,7 @@ class MapWriter:
     def _write_document(self, doc: DocumentRecord, parts: list[MapPart]) -> bool:
         key = document_key(doc.id)
         parts = [p for p in parts if p.level == PART]  # a section's summary is in its part's already
-        keys = list(dict.fromkeys(p.key if p.chunk is None else MapPart(doc, p.path, "", []).key for p in parts))
+        keys = document_sources(parts)
         summaries = [s for s in (self.shelf.get(k) for k in keys) if s is not None]
         if not summaries or self._fresh(key, doc.content_sha256, made_from=summaries):
             return False
