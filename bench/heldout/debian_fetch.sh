@@ -1,5 +1,8 @@
-# Shared by the fetch_docs.sh scripts that take documents out of Debian packages (sourced, not run):
-# `have` and `fetch`, with $TMP set by the caller to a scratch folder it removes.
+# Shared by the fetch_docs.sh scripts that take documents out of Debian packages (sourced, not run, after
+# `set -eu`): `place`, built on `have` and `fetch`, with a scratch folder removed on exit.
+
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
 
 have() {  # have SHA256 FILE: true when FILE exists with that sha256
     [ -f "$2" ] && echo "$1  $2" | sha256sum -c --quiet - >/dev/null 2>&1
@@ -15,4 +18,12 @@ fetch() {
     dpkg-deb -x "$deb" "$TMP/$1"
     cp "$TMP/$1/$5" "$6.tmp"
     mv "$6.tmp" "$6"
+}
+
+# place SHA256 TARGET PACKAGE ARCH VERSION DEB_SHA256 PATH_IN_DEB: TARGET with that sha256, taken out of the
+# package unless it is in place already (idempotent), and checked either way
+place() {
+    mkdir -p "$(dirname "$2")"
+    have "$1" "$2" || fetch "$3" "$4" "$5" "$6" "$7" "$2"
+    echo "$1  $2" | sha256sum -c --quiet -
 }
