@@ -7,7 +7,8 @@ Two cases per question of a follow-up set:
   question's first turn, chosen with a fixed seed), which should be searched as asked.
 
 Each is measured with the rule that a question given back by the rewrite is glued to the last question only when
-shorter than N words, for several N (tried, not kept: docs/heldout.md, "Follow-ups: a new question in a chat"). The model's rewrites are made once and saved (`--rewrites` reads them back).
+shorter than N words, for several N (tried, not kept: docs/heldout.md, "Follow-ups on a fifth blind set, and a new
+question in a chat"). The model's rewrites are made once and saved (`--rewrites` reads them back).
 
     python bench/followup_search.py --set-store bench/heldout/followups5=/work/stores/fu5 [...] --out FILE
 """
@@ -16,11 +17,10 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import re
 from collections import defaultdict
 from pathlib import Path
 
-from episodic_cli.engine.answer.condense import Condenser, search_for
+from episodic_cli.engine.answer.condense import Condenser, bare, search_for
 from episodic_cli.engine.retrieval.retrieve import fuse, with_leaders_first
 from episodic_cli.engine.retrieval.scope import names_a_place
 from episodic_cli.engine.workspace import Workspace
@@ -67,10 +67,6 @@ def search(history: list[dict[str, str]], asked: str, raw: str, words: int | Non
     if words is not None and len(asked.split()) >= words and bare(raw or asked) == bare(asked):
         return asked
     return search_for(history, asked, raw)
-
-
-def bare(text: str) -> str:
-    return re.sub(r"\W+", " ", text).strip().lower()
 
 
 def measure(rows: list[dict], model: str) -> dict:

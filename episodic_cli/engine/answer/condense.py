@@ -28,6 +28,11 @@ def _continues(question: str) -> bool:
     return bool(_POINTS_BACK.search(question) or _ELLIPSIS.match(question))
 
 
+def bare(text: str) -> str:
+    """A question as compared with its rewrite: words only, in lower case."""
+    return re.sub(r"\W+", " ", text).strip().lower()
+
+
 def search_for(history: list[dict[str, str]], follow_up: str, rewrite: str) -> str:
     """What a follow-up is searched as: its rewrite, unless the model wrote none or gave the follow-up back while it
     still points back ("does it quote the value?") or leaves its subject out ("and with SHA-384?"). Then the last
@@ -35,9 +40,6 @@ def search_for(history: list[dict[str, str]], follow_up: str, rewrite: str) -> s
     that the search holds what "it" names (the glued search `epi chat` used before the rewrite; docs/heldout.md,
     "Follow-ups"). The glued text also sets the scope and kind: "what does she do there?" after "summarise chapter
     3" stays in chapter 3."""
-    def bare(text: str) -> str:
-        return re.sub(r"\W+", " ", text).strip().lower()
-
     if rewrite and bare(rewrite) != bare(follow_up):
         return rewrite
     if not _continues(follow_up):
