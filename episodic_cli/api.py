@@ -144,12 +144,14 @@ class Quote(_Record):
 class SentenceEvidence(_Record):
     """One sentence of an answer and the quotes that support it (none: no sentence of the sources holds it).
     `doubted`: a quote was found, but the answer model doubts it states the sentence; `supported` is then false and
-    `quotes` holds the closest one."""
+    `quotes` holds the closest one. `checked`: whether the answer model read the quote beside the sentence (None:
+    no check applies; False: one applied and did not run, so `supported` rests on shared words alone)."""
 
     sentence: str
     supported: bool
     quotes: list[Quote] = field(default_factory=list)
     doubted: bool = False
+    checked: bool | None = None
 
 
 @dataclass
@@ -383,7 +385,8 @@ def answer_of(result: EngineResult, notes: list[str] | None = None) -> Answer:
     return Answer(
         question=result.question, text=result.answer.text.strip(), kind=result.kind.value, mode=result.mode,
         supported=result.supported(), evidence=[_quote(result, e) for e in found.evidence],
-        sentences=[SentenceEvidence(s.sentence, s.supported, [_quote(result, e) for e in s.evidence], s.doubted)
+        sentences=[SentenceEvidence(s.sentence, s.supported, [_quote(result, e) for e in s.evidence], s.doubted,
+                                   s.checked)
                    for s in result.sentence_support()],
         sources=sources,
         timings=Timings(round(t.retrieve_s, 4), round(t.prefill_s, 4), round(t.first_token_s, 4), round(t.total_s, 4)),

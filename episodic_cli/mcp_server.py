@@ -256,7 +256,8 @@ def answer_text(a: Answer) -> str:
         backed = sum(s.supported for s in a.sentences)
         lines = [f"Evidence, sentence by sentence ({backed} of {len(a.sentences)} supported):"]
         for s in a.sentences:
-            lines.append(f"{'✓' if s.supported else '?'} {s.sentence}")
+            unchecked = " (quote not checked by the model)" if s.supported and s.checked is False else ""
+            lines.append(f"{'✓' if s.supported else '?'} {s.sentence}{unchecked}")
             lines += [f"   “{q.quote}” ({q.citation}" + (f", event {q.event_id})" if q.event_id is not None else ")")
                       for q in s.quotes]
             if s.doubted:

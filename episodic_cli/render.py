@@ -402,7 +402,9 @@ def sentence_evidence(result, sentences) -> None:
     out.print(f"\n[bold]Evidence, sentence by sentence[/] [dim]({backed} of {len(sentences)} supported)[/]")
     for s in sentences:
         if s.supported:
-            out.print(f"[green]✓[/] {escape(s.sentence)}", soft_wrap=True)
+            # a check that applied and did not run: the quote shares the sentence's words, nothing more is known
+            unchecked = " [dim](quote not checked by the model)[/]" if s.checked is False else ""
+            out.print(f"[green]✓[/] {escape(s.sentence)}{unchecked}", soft_wrap=True)
             for e in s.evidence:
                 _quote(result, e)
         elif s.doubted:

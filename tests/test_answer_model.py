@@ -94,7 +94,7 @@ def test_qwen_1_5b_doubts_a_quote_that_does_not_state_its_sentence():
         result = AskResult(question, "kv", retrieved, Answer(), check_claim=checker.p_stated)
         result.answer.text = answer
         checked = result.sentence_support()
-        assert [(s.supported, s.doubted) for s in checked] == [(True, False), (False, True)]
+        assert [(s.supported, s.doubted, s.checked) for s in checked] == [(True, False, True), (False, True, True)]
         assert any("furnace at Brask" in e.quote for e in checked[1].evidence)
         assert result.supported()  # one sentence of two is supported: half
         # a prompt longer than the check's context (dense script, a control token as text) is cut, not refused

@@ -172,16 +172,24 @@ def test_an_answer_of_several_sentences_is_supported_by_half_of_its_sentences():
 
 
 def test_a_result_checked_after_its_workspace_closed_does_not_load_the_model(tmp_path):
-    from episodic_cli.engine.workspace import Workspace
+    from functools import partial
+
+    from episodic_cli.engine.answer.text_mode import Answer
+    from episodic_cli.engine.workspace import AskResult, Workspace
 
     warned: list[str] = []
     ws = Workspace(model="qwen-1.5b", store=str(tmp_path / "store"), warn=warned.append)
     asked_at = ws._closes
     ws.close()
-    assert ws._check_claim(asked_at, "Orla hid the key.", ["Orla Venn hid the brass key."]) == 1.0
-    assert ws._check_claim(asked_at, "Nobody saw her.", ["Nobody saw her do it!"]) == 1.0
+    result = AskResult("Where did Orla Venn hide the brass key?", "kv", [_retrieved(PROSE, line=1)], Answer(),
+                       check_claim=partial(ws._check_claim, asked_at))
+    result.answer.text = "Orla Venn hid the brass key under the ninth step. Nobody saw her do it."
+    sentences = result.sentence_support()
     assert "model" not in ws.__dict__ and ws._claim_checker is None
     assert len(warned) == 1 and "not checked" in warned[0]
+    # the sentences keep their quotes, and say that the model did not read them
+    assert [(s.supported, s.checked) for s in sentences] == [(True, False), (True, False)]
+    assert [s["checked"] for s in result.as_json()["sentences"]] == [False, False]
 
 
 # -- sentences that hold (issue 27 item 4) ------------------------------------------------------------------------

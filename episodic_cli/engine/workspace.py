@@ -80,8 +80,9 @@ class AskResult:
     search: str | None = None   # what retrieval looked for, when not the question (a chat follow-up's rewrite)
     embed: Callable[[str], object] | None = None  # the question encoder, for evidence by meaning (support_by_sentence)
     notes: list[str] | None = None  # a part read in chunks, notes on each, then the answer: the notes (answer/notes.py)
-    # (sentence, quotes) -> the answer model's probability that the quotes state it (answer/claim_check.py)
-    check_claim: Callable[[str, list[str]], float] | None = None
+    # (sentence, quotes) -> the answer model's probability that the quotes state it (answer/claim_check.py), or
+    # None when it could not be checked
+    check_claim: Callable[[str, list[str]], float | None] | None = None
 
     def sentence_support(self) -> list[SentenceSupport]:
         """Each sentence of the answer with the quote that supports it, or none (computed once complete); with
@@ -93,12 +94,18 @@ class AskResult:
         if cached is None or cached[1] != text:
             found = support_by_sentence(self.question, text, self.retrieved, embed=self.embed)
             if self.check_claim is not None and len(found) > 1:
-                checked = 0
+                tried = 0
                 for n, s in enumerate(found):
-                    if s.supported and s.evidence and checked < MAX_CHECKED:
-                        checked += 1
-                        if self.check_claim(s.sentence, [e.quote for e in s.evidence]) < STATED_AT:
-                            found[n] = replace(s, supported=False, doubted=True)
+                    if not (s.supported and s.evidence):
+                        continue
+                    tried += 1
+                    quotes = [e.quote for e in s.evidence]
+                    p_stated = None if tried > MAX_CHECKED else self.check_claim(s.sentence, quotes)
+                    if p_stated is None:
+                        found[n] = replace(s, checked=False)
+                    else:
+                        found[n] = replace(s, checked=True, supported=p_stated >= STATED_AT,
+                                           doubted=p_stated < STATED_AT)
             cached = self.__dict__["_sentences"] = (found, text)
         return cached[0]
 
@@ -472,19 +479,19 @@ class Workspace:
         answer model checks each quote"); the bundled SmolLM2-135M is too small to judge."""
         return self.model.info.n_params >= CHECKING_PARAMS
 
-    def _check_claim(self, opened_at: int, sentence: str, quotes: list[str]) -> float:
+    def _check_claim(self, opened_at: int, sentence: str, quotes: list[str]) -> float | None:
         if opened_at != self._closes:  # closed since the question: loading 1.1 GB again for a check is not wanted
             if self._warned_closed != opened_at:
                 self._warned_closed = opened_at
                 self.warn("the answer's sentences were not checked by the model: it was closed after the question")
-            return 1.0
+            return None
         if self._claim_checker is None:
             self._claim_checker = ClaimChecker(self.model, self.threads)
         try:
             return self._claim_checker.p_stated(sentence, quotes)
         except EpiError as exc:  # the answer is shown already: the sentence keeps its quote, unchecked
             self.warn(f"a sentence's quote was not checked: {exc}")
-            return 1.0
+            return None
 
     def answer_question(self, store: Store, question: str, options: AskOptions = AskOptions(), *,
                         history: list[dict[str, str]] | None = None, search: str | None = None,

@@ -371,10 +371,14 @@ class SentenceSupport:
     # a quote was found, but the answer model read it and doubts it states the sentence (answer/claim_check.py):
     # not supported, and the quote is shown as the closest one
     doubted: bool = False
+    # whether the answer model read the quote beside the sentence: None where no check applies (one sentence, no
+    # quote, a model too small to judge); False where one applied and did not run (closed, failed, past the first
+    # sentences checked), so `supported` there rests on the words alone
+    checked: bool | None = None
 
     def as_json(self, retrieved: list[RetrievedEvent]) -> dict:
         return {"sentence": self.sentence, "supported": self.supported, "coverage": self.coverage,
-                "doubted": self.doubted,
+                "doubted": self.doubted, "checked": self.checked,
                 "quotes": [{"event_id": retrieved[e.index].event.id, "quote": e.quote, "page": e.page,
                             "line_start": e.line_start, "line_end": e.line_end} for e in self.evidence]}
 
