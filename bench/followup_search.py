@@ -19,6 +19,7 @@ import json
 import random
 from collections import defaultdict
 from pathlib import Path
+from typing import Callable
 
 from episodic_cli.engine.answer.condense import Condenser, bare, search_for
 from episodic_cli.engine.retrieval.retrieve import fuse, with_leaders_first
@@ -69,23 +70,34 @@ def search(history: list[dict[str, str]], asked: str, raw: str, words: int | Non
     return search_for(history, asked, raw)
 
 
+def searchers(ws: Workspace, st: Store) -> tuple[Callable[[str], list[int]], Callable[[list[int]], set]]:
+    """`ranked(text)`: the event ids of a text's fused candidate pool, best first (retrieve()'s fusion, cached);
+    `near(ids)`: those events and their neighbours, as (document, ordinal)."""
+    ws._adopt_embedder(st)
+    cache: dict[str, list[int]] = {}
+
+    def ranked(text: str) -> list[int]:
+        if text not in cache:
+            rankings = [st.search_dense(ws.embedder.embed_query(text), POOL), st.search_lexical(text, POOL)]
+            cache[text] = [i for i, _ in with_leaders_first(fuse(rankings), rankings)]
+        return cache[text]
+
+    def near(ids: list[int]) -> set[tuple[int, int]]:
+        return {(e.document_id, e.ordinal + d) for e in st.get_events(ids) for d in (-1, 0, 1)}
+
+    return ranked, near
+
+
 def measure(rows: list[dict], model: str) -> dict:
     found = {case: defaultdict(lambda: defaultdict(float)) for case in ("follow-up", "switch")}
     counts: dict[str, int] = defaultdict(int)
     for store_dir in sorted({r["store"] for r in rows}):
         ws = Workspace(model, store_dir)
         with Store.open_existing(ws.store_dir) as st:
-            ws._adopt_embedder(st)
-            cache: dict[str, list[int]] = {}
+            ranked, near = searchers(ws, st)
 
             def hits(text: str) -> list[int]:
-                if text not in cache:
-                    rankings = [st.search_dense(ws.embedder.embed_query(text), POOL), st.search_lexical(text, POOL)]
-                    cache[text] = [i for i, _ in with_leaders_first(fuse(rankings), rankings)[:K]]
-                return cache[text]
-
-            def near(ids: list[int]) -> set[tuple[int, int]]:
-                return {(e.document_id, e.ordinal + d) for e in st.get_events(ids) for d in (-1, 0, 1)}
+                return ranked(text)[:K]
 
             for r in (r for r in rows if r["store"] == store_dir):
                 gold = {(e.document_id, e.ordinal) for e in st.get_events(hits(r["standalone"]))}

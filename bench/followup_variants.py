@@ -17,11 +17,10 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
-from followup_search import K, POOL
+from followup_search import K, searchers
 
 from episodic_cli.engine.answer.condense import CONDENSE_TOKENS, TURN_CHARS, Condenser, _continues, search_for
 from episodic_cli.engine.prompt import clean_question
-from episodic_cli.engine.retrieval.retrieve import fuse, with_leaders_first
 from episodic_cli.engine.retrieval.scope import names_a_place
 from episodic_cli.engine.workspace import Workspace
 from episodic_cli.store import Store
@@ -99,18 +98,7 @@ def measure(rows: list[dict], model: str) -> dict:
     for store_dir in sorted({r["store"] for r in rows}):
         ws = Workspace(model, store_dir)
         with Store.open_existing(ws.store_dir) as st:
-            ws._adopt_embedder(st)
-            cache: dict[str, list[int]] = {}
-
-            def ranked(text: str) -> list[int]:
-                if text not in cache:
-                    rankings = [st.search_dense(ws.embedder.embed_query(text), POOL), st.search_lexical(text, POOL)]
-                    cache[text] = [i for i, _ in with_leaders_first(fuse(rankings), rankings)]
-                return cache[text]
-
-            def near(ids: list[int]) -> set[tuple[int, int]]:
-                return {(e.document_id, e.ordinal + d) for e in st.get_events(ids) for d in (-1, 0, 1)}
-
+            ranked, near = searchers(ws, st)
             for r in (r for r in rows if r["store"] == store_dir):
                 gold = {(e.document_id, e.ordinal) for e in st.get_events(ranked(r["standalone"])[:K])}
                 for variant in VARIANTS:
