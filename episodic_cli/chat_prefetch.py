@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import select
 import signal
 import subprocess
@@ -88,16 +89,25 @@ class ChatPrefetch:
             log.close()
 
 
-def _orders(blocking: bool) -> list[dict] | None:
-    """The orders waiting on stdin (waiting for one when `blocking`); None at its end."""
-    orders = []
-    while blocking or select.select([sys.stdin], [], [], 0)[0]:
-        line = sys.stdin.readline()
-        if not line:
-            return None
-        orders.append(json.loads(line))
-        blocking = False
-    return orders
+class OrderReader:
+    """The chat's orders, one JSON object a line, read from a file descriptor and split into lines here: select()
+    sees only what the pipe holds, and a buffered reader could keep a second order (a pause sent just after a
+    prepare) where select() never reports it."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.pending = b""   # read, not yet a whole line
+        self.ended = False
+
+    def take(self, blocking: bool) -> list[dict] | None:
+        """The orders waiting (waiting for one when `blocking`); None once the pipe has ended and all are taken."""
+        while not self.ended and ((blocking and b"\n" not in self.pending) or select.select([self.fd], [], [], 0)[0]):
+            chunk = os.read(self.fd, 65536)
+            self.ended = not chunk
+            self.pending += chunk
+        whole, _, self.pending = self.pending.rpartition(b"\n")
+        orders = [json.loads(line) for line in whole.split(b"\n") if line.strip()]
+        return None if self.ended and not orders else orders
 
 
 def serve(store_dir: str, model: str | None, threads: int | None) -> int:
@@ -105,11 +115,12 @@ def serve(store_dir: str, model: str | None, threads: int | None) -> int:
     yield_the_cpu()
     ws = Workspace(model, store_dir, threads)
     queue: list[int] = []
+    reader = OrderReader(sys.stdin.fileno())
     try:
         with Store.open_existing(ws.store_dir) as st:
             ws.check_store(st)
             while True:
-                orders = _orders(blocking=not queue)
+                orders = reader.take(blocking=not queue)
                 if orders is None:
                     return 0
                 for order in orders:

@@ -97,3 +97,30 @@ def test_epi_chat_with_prefetch_starts_the_helper_after_an_answer_and_ends_it_on
     assert _helpers_of(cold_store) == []  # the chat ended: so did its helper
     with open(cold_store / "background-job.log", encoding="utf-8") as log:  # started, and stopped without an error
         assert "prefetch stopped" not in log.read()
+
+
+def test_the_helper_sees_an_order_sent_just_after_another():
+    """A pause written right after a prepare arrives in the same read; a buffered line reader kept it where select()
+    never reported it, and the helper went on preparing during the answer."""
+    import json
+    import os
+
+    from episodic_cli.chat_prefetch import OrderReader
+
+    read_end, write_end = os.pipe()
+    try:
+        reader = OrderReader(read_end)
+        os.write(write_end, (json.dumps({"prepare": [3, 4]}) + "\n" + json.dumps({"pause": True}) + "\n").encode())
+        assert reader.take(blocking=True) == [{"prepare": [3, 4]}, {"pause": True}]
+        assert reader.take(blocking=False) == []
+        os.write(write_end, b'{"prepare": ')  # half an order: nothing yet, the rest follows
+        assert reader.take(blocking=False) == []
+        os.write(write_end, b'[5]}\n')
+        assert reader.take(blocking=True) == [{"prepare": [5]}]
+        os.close(write_end)
+        write_end = -1
+        assert reader.take(blocking=True) is None  # the chat ended
+    finally:
+        os.close(read_end)
+        if write_end >= 0:
+            os.close(write_end)
