@@ -358,13 +358,15 @@ def ingest_summary(results: list[IngestResult], store_dir: Path) -> None:
         err.print('next: [bold]epi ask "your question"[/] or [bold]epi chat[/]')
 
 
-def stream_answer(stream: Iterable[str]) -> str:
-    text = ""
+def stream_answer(stream: Iterable[str], shown: list[str] | None = None) -> str:
+    """Print the answer as it streams; `shown` collects the pieces printed, so that a caller stopped by Ctrl-C
+    keeps what the user saw."""
+    shown = [] if shown is None else shown
     for piece in stream:
-        text += piece
+        shown.append(piece)
         out.print(piece, end="", markup=False)
     out.print()
-    return text
+    return "".join(shown)
 
 
 def _where(document: str, kind: str, e) -> str:

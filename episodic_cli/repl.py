@@ -6,6 +6,7 @@ erased by Backspace and Ctrl-U, rich#2293), the questions kept across sessions i
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -82,6 +83,12 @@ def line_reader() -> Callable[[], str]:
     return lambda: session.prompt(prompt)
 
 
+def _whole_number(text: str) -> int | None:
+    """`text` as a whole number written in ASCII digits, else None ("²".isdigit() holds, but int() refuses it)."""
+    text = text.strip()
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
 def run_repl(ws: Workspace, store: Store, options: AskOptions, prefetch: bool = False) -> None:
     """The chat: each question answered with `options` (`/k` and `/doc` change them for the questions after).
     `prefetch`: while the user reads and types, a helper prepares the blocks a follow-up would likely read
@@ -123,13 +130,18 @@ def _loop(ws: Workspace, store: Store, options: AskOptions, ahead: ChatPrefetch 
             elif cmd == "/sources":
                 render.sources(last_sources)
             elif cmd == "/k":
-                if arg.strip().isdigit() and 1 <= int(arg) <= 50:
-                    options = replace(options, k=int(arg))
+                k = _whole_number(arg)
+                if k is not None and 1 <= k <= 50:
+                    options = replace(options, k=k)
                     render.out.print(f"[dim]k = {options.k}[/]")
                 else:
                     render.error("usage: /k N, with N from 1 to 50")
             elif cmd == "/doc":
-                globs = arg.split()
+                try:
+                    globs = shlex.split(arg)  # quoted as at a shell: /doc 'src/*.py' "My Notes.pdf"
+                except ValueError as exc:
+                    render.error(f"/doc {arg}: {exc}; quote each pattern as at a shell")
+                    continue
                 if globs and not documents_matching(store, globs):
                     render.error(f"/doc {' '.join(globs)} matches no document; `epi ls` lists them")
                 else:
@@ -142,7 +154,7 @@ def _loop(ws: Workspace, store: Store, options: AskOptions, ahead: ChatPrefetch 
         # A follow-up ("and how big is it on disk?") is searched for as the standalone question it means, written by
         # the answer model from the conversation (shown dimmed); a question naming its own chapter, section, page,
         # file or symbol stands alone.
-        try:
+        try:  # Ctrl-C anywhere in the turn (the rewrite, retrieval, the answer) stops the turn, not the chat
             check_question_length(line)
             if ahead is not None:
                 ahead.pause()  # the question gets the cores; the helper finishes the event it is preparing
@@ -154,17 +166,21 @@ def _loop(ws: Workspace, store: Store, options: AskOptions, ahead: ChatPrefetch 
             render.reading(result)
             render.left_cold(result)
             # The model sees the user's own words as the question; retrieval used the rewrite (if any).
-            answer_text = ""
+            shown: list[str] = []  # what the user saw of the answer, kept in the conversation if it is stopped
             try:
-                answer_text = render.stream_answer(stream)
+                render.stream_answer(stream, shown)
                 render.evidence(result)
             except KeyboardInterrupt:
                 render.out.print("\n[dim](stopped)[/]")
             last_sources = result.retrieved
-            render.out.print(f"[dim]{len(result.retrieved)} sources · /sources to list them[/]")
+            n = len(result.retrieved)
+            render.out.print(f"[dim]{n} source{'' if n == 1 else 's'} · /sources to list them[/]")
             if ahead is not None:
                 ahead.ahead(result.retrieved + result.left_cold)  # what it left out first
         except (EpiError, StoreError) as exc:
             render.error(str(exc))
             continue
-        history += [{"role": "user", "content": line}, {"role": "assistant", "content": answer_text.strip()}]
+        except KeyboardInterrupt:  # before the answer began: nothing was answered, the conversation is as it was
+            render.out.print("\n[dim](stopped)[/]")
+            continue
+        history += [{"role": "user", "content": line}, {"role": "assistant", "content": "".join(shown).strip()}]

@@ -62,3 +62,64 @@ def test_commands_complete_only_as_the_first_word():
     assert complete("what does /so") == []
     assert complete("/doc a") == []
     assert complete("plain question") == []
+
+
+class _Chat:
+    """A workspace and store that answer from a script (failure injection: Ctrl-C at set places of a turn)."""
+
+    def __init__(self, tmp_path):
+        self.path = tmp_path / "store"
+        self.asked: list[tuple[str, list[dict[str, str]]]] = []
+
+    # the store
+    def refresh(self) -> None:
+        pass
+
+    def documents(self):
+        return [SimpleNamespace(id=1, path="notes/My Notes.md", display_path="notes/My Notes.md")]
+
+    # the workspace
+    def condense(self, history, line):
+        if "rewrite" in line:
+            raise KeyboardInterrupt  # Ctrl-C while the follow-up is rewritten
+        return line
+
+    def ask(self, store, line, options, history, search):
+        self.asked.append((line, list(history)))
+
+        def stream():
+            yield "The keys are "
+            yield "in the tin."
+            if "stop" in line:
+                raise KeyboardInterrupt  # Ctrl-C part-way through the answer
+
+        result = SimpleNamespace(scope=None, search=None, reading=None, left_cold=[], cold_passages=[], retrieved=[],
+                                 sentence_support=lambda: [], support=lambda: SimpleNamespace(supported=False,
+                                                                                            evidence=[]))
+        return result, stream()
+
+
+def test_chat_survives_ctrl_c_anywhere_in_a_turn_and_bad_commands(tmp_path, monkeypatch, capsys):
+    lines = iter(["/k ²", "/k 3", "/doc 'My Notes.md'", "/doc 'unclosed", "???", "where are the keys? stop",
+                  "and the rewrite?", "and the lid?"])
+
+    def read_line() -> str:
+        try:
+            return next(lines)
+        except StopIteration:
+            raise EOFError from None
+
+    monkeypatch.setattr(repl, "line_reader", lambda: read_line)
+    chat = _Chat(tmp_path)
+    repl.run_repl(chat, chat, AskOptions(k=5))  # returns at the end of input: no traceback, no exit
+    captured = capsys.readouterr()
+    out = captured.out + captured.err
+    assert "usage: /k N" in out and "k = 3" in out
+    assert "answering from notes/My Notes.md" in out  # a quoted name with a space
+    assert "quote each pattern" in out
+    assert "has no words" in out
+    assert out.count("(stopped)") == 2  # in the answer, and in the rewrite
+    # the stopped answer is kept as far as it was shown; the interrupted turn left no trace
+    assert [q for q, _ in chat.asked] == ["where are the keys? stop", "and the lid?"]
+    assert chat.asked[1][1] == [{"role": "user", "content": "where are the keys? stop"},
+                                {"role": "assistant", "content": "The keys are in the tin."}]

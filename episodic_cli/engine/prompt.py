@@ -40,9 +40,11 @@ def sources_turn(question: str, sources: list[tuple[str, str]]) -> str:
 
 
 def check_question_length(question: str) -> None:
-    """Refuses, before anything loads, a question that is empty or too long to be a question."""
+    """Refuses, before anything loads, a question that is empty, has no words ("???") or is too long to be one."""
     if not question.strip():
         raise EpiError("the question is empty")
+    if not any(ch.isalnum() for ch in question):
+        raise EpiError(f"the question {question.strip()[:40]!r} has no words: ask it in words")
     if len(question) > MAX_QUESTION_CHARS:
         raise EpiError(f"the question is {len(question):,} characters long; epi takes at most {MAX_QUESTION_CHARS:,} "
                        "(retrieval reads about the first 1,000): ask it in fewer words")
