@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import enum
 import json
-import re
 import signal
 import sys
 from collections.abc import Callable
@@ -15,7 +14,7 @@ from typing import Annotated, Optional
 import typer
 from typer.core import TyperGroup
 
-from . import __version__, render
+from . import __version__, continued, render
 from . import background as background_job
 from .api import Archive, check_doc_globs, nothing_to_ingest, parse_size, unknown_event
 from .engine.ask_options import MODES, AskOptions, check_pool
@@ -33,7 +32,7 @@ from .engine.kv.blocks import KINDS as KV_KINDS
 from .engine.kv.keeper import DEFAULT_KIND
 from .engine.llama.models import answer_model as chosen_answer_model
 from .engine.llama.models import plan_ingest
-from .engine.paths import data_dir, store_path
+from .engine.paths import store_path
 from .engine.prompt import check_question_length
 from .engine.retrieval.citations import printable
 from .engine.retrieval.question_kind import QuestionKind
@@ -281,13 +280,13 @@ def ask(
     archive = Archive(store, model, threads, warn=render.warning, on_prepare=render.prepare_progress(quiet=as_json))
     try:
         check_doc_globs(archive.store, doc)  # a typo fails before the model loads
-        with render.status("loading model", quiet=as_json):
-            archive.workspace.layered_pool = pool or 0
-            archive.load(mode, layered)
-        history = last_turn(archive.store_dir) if continue_ else None
+        history = continued.last_turns(archive.store_dir) if continue_ else None
         if continue_ and not history:
             raise EpiError("--continue follows up the last `epi ask` on this store, and there is none yet; ask "
                            "the question on its own")
+        with render.status("loading model", quiet=as_json):
+            archive.workspace.layered_pool = pool or 0
+            archive.load(mode, layered)
         result, stream = archive.begin(question, k=k, mode=mode, neighbours=neighbours, epman=epman, doc=doc,
                                        narrow=None if whole is None else not whole, layered=layered, pool=pool,
                                        short=short, cold_seconds=cold_seconds, history=history, read=read.value)
@@ -304,33 +303,11 @@ def ask(
             render.evidence(result)
             render.sources(result.retrieved, grouped=result.kind is not QuestionKind.LOOKUP)
             render.timings(result)
-        remember_turn(archive.store_dir, question, result.answer.text)
+        # a chain of follow-ups keeps the question it began at ("and then?" after "and him?")
+        continued.remember(archive.store_dir, (history or []) + [
+            {"role": "user", "content": question}, {"role": "assistant", "content": result.answer.text.strip()}])
     finally:
         archive.close()  # the model and contexts go, whatever stopped the answer
-
-
-def _turn_path(store_dir: Path) -> Path:
-    """Where the last turn on a store is kept: epi's data directory, a file per store named by its path."""
-    return data_dir() / "conversations" / (re.sub(r"[^\w.-]", "_", str(store_dir.resolve())) + ".json")
-
-
-def remember_turn(store_dir: Path, question: str, answer: str) -> None:
-    """The last question and answer on a store, for `epi ask --continue` (best effort: a read-only folder only loses
-    the follow-up)."""
-    try:
-        path = _turn_path(store_dir)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"question": question, "answer": answer.strip()}))
-    except OSError:
-        pass
-
-
-def last_turn(store_dir: Path) -> list[dict[str, str]] | None:
-    try:
-        data = json.loads(_turn_path(store_dir).read_text())
-        return [{"role": "user", "content": data["question"]}, {"role": "assistant", "content": data["answer"]}]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
 
 
 @app.command()

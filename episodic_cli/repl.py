@@ -25,6 +25,7 @@ from .engine.prompt import check_question_length
 from .engine.errors import EpiError
 from .engine.retrieval.scope import documents_matching
 from .chat_prefetch import ChatPrefetch
+from .continued import TURNS_KEPT
 from .engine.workspace import Workspace
 from .store import Store, StoreError
 
@@ -35,7 +36,7 @@ HELP = """commands:
   /doc GLOB  answer only from documents matching GLOB (several: /doc a.pdf 'src/*.py'); /doc alone: all (now {docs})
   /help      this help (at a terminal: Tab completes a command, Up and Ctrl-R recall earlier lines)
   /exit      leave (or Ctrl-D); Ctrl-C stops an answer without leaving"""
-HISTORY_TURNS = 2  # earlier question/answer pairs kept in the prompt; a 135M model loses track beyond that
+HISTORY_TURNS = TURNS_KEPT  # earlier question/answer pairs kept in the prompt, as `epi ask --continue` keeps
 COMMANDS = ("/sources", "/reset", "/k", "/doc", "/help", "/exit")  # what Tab completes (HELP's order)
 HISTORY_FILE = "chat-history"  # in data_dir(): the lines typed at `epi chat`, prompt_toolkit's FileHistory format
 
