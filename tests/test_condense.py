@@ -99,3 +99,35 @@ def test_a_rewrite_after_one_that_failed_part_way_decodes_what_the_cache_lost(tm
         condenser.close()
         fresh.close()
         model.close()
+
+
+def test_a_conversation_too_long_for_the_rewrite_loses_its_oldest_turns_not_the_instructions(tmp_path):
+    """Dense scripts take about a token a character: four long turns and a long follow-up outgrow the rewrite's
+    context. The prompt was cut from the front, instructions first; now the oldest turns go."""
+    from tiny_gguf import write_tiny_model
+
+    from episodic_cli.engine.answer.condense import CONDENSE_TOKENS, Condenser
+    from episodic_cli.engine.llama.backend import LlamaModel
+    from episodic_cli.engine.prompt import condense_messages
+
+    model = LlamaModel(write_tiny_model(tmp_path / "tiny.gguf"))
+    condenser = Condenser(model)
+    try:
+        def length(history, follow_up) -> int:
+            return len(model.tokenize(model.apply_chat_template(condense_messages(history, follow_up)), special=True))
+
+        turns = [{"role": role, "content": "字" * 200} for role in ("user", "assistant") * 2]
+        follow_up = "它" * 100 + "?"
+        room = condenser.session.n_ctx - CONDENSE_TOKENS
+        assert length(turns, follow_up) > room >= length(turns[-1:], follow_up)  # the case is the one meant
+        decoded = []
+        prefill = condenser.session.prefill
+        condenser.session.prefill = lambda tokens, pos0=0: decoded.append((pos0, tokens)) or prefill(tokens, pos0)
+        condenser.rewrite(turns, follow_up)
+        instructions = model.tokenize(model.apply_chat_template(condense_messages([], "x")), special=True)[:40]
+        assert decoded[0][0] == 0 and list(decoded[0][1][:40]) == list(instructions)
+        # a follow-up that cannot fit even alone is searched without a rewrite
+        assert condenser.rewrite(turns, "它" * 5000) == ""
+    finally:
+        condenser.close()
+        model.close()

@@ -65,10 +65,15 @@ class Condenser:
     def rewrite(self, history: list[dict[str, str]], follow_up: str) -> str:
         """The standalone question ("" when the model writes none)."""
         turns = [{"role": m["role"], "content": m["content"][:TURN_CHARS]} for m in history]
-        prompt = self.model.apply_chat_template(condense_messages(turns, follow_up))
-        tokens = self.model.tokenize(prompt, special=True)
         room = self.session.n_ctx - CONDENSE_TOKENS
-        tokens = np.asarray(tokens[max(len(tokens) - room, 0):], dtype=np.int32)
+        while True:  # too long (dense scripts: a character a token): the oldest turns go, never the instructions
+            prompt = self.model.apply_chat_template(condense_messages(turns, follow_up))
+            tokens = np.asarray(self.model.tokenize(prompt, special=True), dtype=np.int32)
+            if len(tokens) <= room or not turns:
+                break
+            turns = turns[1:]
+        if len(tokens) > room:  # the follow-up alone does not fit: it is searched without a rewrite
+            return ""
         # The instructions and worked examples open every prompt: they stay in the cache, and only what follows the
         # part shared with the last prompt is decoded (at least one token, for the logits).
         n = min(len(tokens), len(self._prompt)) - 1
