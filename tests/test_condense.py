@@ -1,5 +1,7 @@
 """What a chat follow-up is searched as when the answer model's rewrite resolves nothing (engine/answer/condense.py).
 The rewrite itself runs with the real model in tests/test_answer_model.py."""
+import numpy as np
+
 from episodic_cli.engine.answer.condense import search_for
 
 HISTORY = [{"role": "user", "content": "How do I stop retrying after 5 attempts?"},
@@ -91,10 +93,14 @@ def test_a_rewrite_after_one_that_failed_part_way_decodes_what_the_cache_lost(tm
             raise EpiError("llama_decode failed")
 
         condenser.session.prefill = fails_part_way
-        with pytest.raises(EpiError):
-            condenser.rewrite(history, "What about xz?")
+        with pytest.raises(EpiError):  # another conversation: it shares less with the first prompt than the next does
+            condenser.rewrite([{"role": "user", "content": "Which file lists the mirrors?"},
+                               {"role": "assistant", "content": "MIRRORS."}], "What about xz?")
         condenser.session.prefill = prefill
+        # the same text, and the same logits behind it (the tiny model's rewrite may be empty: the logits still
+        # tell a cache with a hole or a stale token from a fresh one)
         assert condenser.rewrite(history, "What about xz?") == fresh.rewrite(history, "What about xz?")
+        assert np.allclose(condenser.session.last_logits(), fresh.session.last_logits(), atol=1e-4)
     finally:
         condenser.close()
         fresh.close()
