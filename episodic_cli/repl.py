@@ -23,6 +23,7 @@ from .engine.ask_options import AskOptions
 from .engine.paths import data_dir
 from .engine.prompt import check_question_length
 from .engine.errors import EpiError
+from .engine.retrieval.question_kind import QuestionKind
 from .engine.retrieval.scope import documents_matching
 from .chat_prefetch import ChatPrefetch
 from .continued import TURNS_KEPT
@@ -105,7 +106,7 @@ def run_repl(ws: Workspace, store: Store, options: AskOptions, prefetch: bool = 
 def _loop(ws: Workspace, store: Store, options: AskOptions, ahead: ChatPrefetch | None) -> None:
     read_line = line_reader()
     history: list[dict[str, str]] = []
-    last_sources = []
+    last_sources, last_grouped = [], False
     render.err.print(f"chatting with store {escape(str(store.path))} · /help for commands · Ctrl-D to leave")
     while True:
         try:
@@ -129,7 +130,7 @@ def _loop(ws: Workspace, store: Store, options: AskOptions, ahead: ChatPrefetch 
                 history, last_sources = [], []
                 render.out.print("[dim]conversation cleared[/]")
             elif cmd == "/sources":
-                render.sources(last_sources)
+                render.sources(last_sources, grouped=last_grouped)
             elif cmd == "/k":
                 k = _whole_number(arg)
                 if k is not None and 1 <= k <= 50:
@@ -174,6 +175,7 @@ def _loop(ws: Workspace, store: Store, options: AskOptions, ahead: ChatPrefetch 
             except KeyboardInterrupt:
                 render.out.print("\n[dim](stopped)[/]")
             last_sources = result.retrieved
+            last_grouped = result.kind is not QuestionKind.LOOKUP  # a part read whole: its runs, as `epi ask` shows
             n = len(result.retrieved)
             render.out.print(f"[dim]{n} source{'' if n == 1 else 's'} · /sources to list them[/]")
             if ahead is not None:

@@ -94,8 +94,8 @@ class _Chat:
                 raise KeyboardInterrupt  # Ctrl-C part-way through the answer
 
         result = SimpleNamespace(scope=None, search=None, reading=None, left_cold=[], cold_passages=[], retrieved=[],
-                                 sentence_support=lambda: [], support=lambda: SimpleNamespace(supported=False,
-                                                                                            evidence=[]))
+                                 kind=None, sentence_support=lambda: [],
+                                 support=lambda: SimpleNamespace(supported=False, evidence=[]))
         return result, stream()
 
 
