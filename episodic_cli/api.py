@@ -50,7 +50,7 @@ from .engine.retrieval.scope import documents_matching
 from .engine.workspace import AskResult as EngineResult
 from .engine.workspace import Workspace
 from .store import Store, StoreError
-from .store.summaries import COLLECTION, DOCUMENT, PART, SummaryRecord
+from .store.summaries import COLLECTION, DOCUMENT, PART, SummaryRecord, current_collections
 
 __all__ = ["Archive", "Answer", "Quote", "SentenceEvidence", "Source", "Timings", "Hit", "Event", "Document",
            "Summary", "Outline", "OutlineNode", "IngestReport", "IngestResult", "EpiError", "StoreError"]
@@ -670,7 +670,8 @@ class Archive:
                                    f"{'; '.join(labels[:12]) or 'none'}{'; ...' if len(labels) > 12 else ''}")
         if not chosen:
             raise EpiError("the map has no summary of that yet; `epi map` writes it")
-        return [summary_of(s, docs.get(s.document_id)) for s in chosen]
+        folders = current_collections(list(docs.values()))
+        return [summary_of(s, docs.get(s.document_id), folders) for s in chosen]
 
     # -- ingest --------------------------------------------------------------------------------------------
 
@@ -720,11 +721,15 @@ class Archive:
 # ------------------------------------------------------------------------------------------------ helpers
 
 
-def summary_of(s: SummaryRecord, doc) -> Summary:
+def summary_of(s: SummaryRecord, doc, folders: dict[str, str]) -> Summary:
+    """`folders`: the collections the store's documents make now (store.summaries.current_collections)."""
     from .engine.retrieval.summary_sources import summary_event
 
     r = summary_event(s, doc)
-    stale = s.document_id is not None and (doc is None or doc.content_sha256 != s.content_sha256)
+    if s.document_id is None:  # a collection's: stale once its folder's documents are not those it was written from
+        stale = folders.get(s.key) != s.content_sha256
+    else:
+        stale = doc is None or doc.content_sha256 != s.content_sha256
     return Summary(level=s.level, label=s.label, document=None if s.document_id is None or doc is None
                    else doc.display_path, citation=citation(r), text=s.text, model=s.model, stale=stale,
                    page_start=s.page_start, page_end=s.page_end, line_start=s.line_start, line_end=s.line_end)

@@ -188,8 +188,8 @@ def ingest(
     with ws.ingest_run(st, params, kv_type.value if kv else None, budget, commit_every, spec,
                        plan.reader_keeps_blocks) as ingestor:
         results += ingest_found(ingestor, found, as_json)
-        if changes is not None:
-            follow_changes(st, ingestor, paths, changes, as_json)
+        if changes is not None:  # what the watch read is warmed and mapped too, once it stops
+            results += follow_changes(st, ingestor, paths, changes, as_json)
     if not as_json:
         render.ingest_summary(results, st.path)
     ws.close()
@@ -216,16 +216,18 @@ def ingest_found(ingestor, found: list, as_json: bool) -> list:
     return results
 
 
-def follow_changes(st: Store, ingestor, paths: list[Path], changes, as_json: bool) -> None:
+def follow_changes(st: Store, ingestor, paths: list[Path], changes, as_json: bool) -> list:
     """`ingest --watch`: each batch of changes read or removed as it comes (engine/ingest/watch.py); Ctrl-C while
-    waiting ends it quietly, during a file as any interrupted ingest does (what was committed is kept)."""
+    waiting ends it quietly, during a file as any interrupted ingest does (what was committed is kept). Returns the
+    results of the files it read."""
     render.info(f"watching {', '.join(str(p) for p in paths)} for changes (Ctrl-C stops)")
+    results = []
     while True:
         try:
             touched = next(changes)
         except (KeyboardInterrupt, StopIteration):
             render.info("stopped watching")
-            return
+            return results
         if not touched:
             continue
         batch = plan(st, paths, touched)
@@ -238,7 +240,7 @@ def follow_changes(st: Store, ingestor, paths: list[Path], changes, as_json: boo
         if batch.removed:
             st.collect_kv_garbage()  # the removed documents' blocks, in every model's tier
         if batch.found:
-            ingest_found(ingestor, batch.found, as_json)
+            results += ingest_found(ingestor, batch.found, as_json)
             ingestor.finish_run()
 
 
@@ -431,8 +433,8 @@ def map_command(
     """Write the map: the answer model summarises each chapter, section and code file from its KV blocks (and the
     sections inside a chapter, a line or two each), then each document from its parts' summaries, then each
     ingested folder from its documents'. Questions about the whole ("what is this book about", "what does this
-    library do", "what does each section of chapter 3 cover") read them; they are searchable like any passage and
-    cited as summaries.
+    library do", "what does each section of chapter 3 cover") search them, by meaning and by words, and cite them
+    as summaries; lookups read the passages themselves.
 
     `epi ingest` writes the map of new documents itself (`--no-map` skips it). Resumable: Ctrl-C or a crash keeps
     what is written, and running it again goes on without summarising anything twice; a changed document's

@@ -128,7 +128,8 @@ def m008_event_checksums(conn: sqlite3.Connection) -> None:
 
 @migration
 def m009_summaries(conn: sqlite3.Connection) -> None:
-    # The map (summaries.py): an answer model's summaries of parts, documents and collections, searchable like events.
+    # The map (summaries.py): an answer model's summaries of parts, documents and collections, searched by overview
+    # questions as events are by lookups.
     for sql in summaries.CREATE_STATEMENTS:
         conn.execute(sql)
 

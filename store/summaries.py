@@ -1,9 +1,9 @@
 """The map: summaries written by an answer model, one per part of a document (a chapter, a section, a code file's
 whole) and one per section inside a part (a chapter's sections), one per document from its parts' summaries, and
 one per collection (the documents under one ingested folder) from its documents'. Stored beside the events,
-searchable like them (dense: exact over the stored vectors, they are few; lexical: FTS5), removed with their
-document (ON DELETE CASCADE, and `delete_for_document` for the FTS rows), and known stale when the document's
-content changed since (`content_sha256`).
+searched by overview questions (dense: exact over the stored vectors, they are few; lexical: FTS5), removed with
+their document (ON DELETE CASCADE, and `delete_for_document` for the FTS rows), and known stale when the document's
+content changed since (`content_sha256`; a collection's: its documents' hashes, `current_collections`).
 
 A summary is not an event: it has no KV block, no ordinal and no neighbours, so nothing that walks a document's
 events (ingest, warm, doctor, the KV garbage collector) ever meets one.
@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import posixpath
 import time
 from dataclasses import dataclass
 
@@ -19,6 +21,7 @@ import numpy as np
 
 from .kv_tier import block_key
 from .lexical import TOKENIZE, fts5_document, fts5_query
+from .records import DocumentRecord
 
 # A section is one heading below a part (a chapter's sections): summarised beside its part, not into it.
 SECTION, PART, DOCUMENT, COLLECTION = "section", "part", "document", "collection"
@@ -99,6 +102,36 @@ def collection_sha(content_sha256s: list[str]) -> str:
     return hashlib.sha256("\n".join(sorted(content_sha256s)).encode()).hexdigest()
 
 
+def collections(documents: list[DocumentRecord]) -> dict[str, list[DocumentRecord]]:
+    """Folder -> its documents, for the collections' summaries: the deepest folder holding every document (what the
+    archive is), and each folder right under it holding two documents or more (a codebase beside a book, say)."""
+    docs = [d for d in documents if d.status == "complete"]
+    if len(docs) < 2:
+        return {}
+    dirs = [posixpath.dirname(d.display_path.replace(os.sep, "/")) for d in docs]
+    try:
+        common = posixpath.commonpath(dirs) if all(x.startswith("/") for x in dirs) or not any(
+            x.startswith("/") for x in dirs) else ""
+    except ValueError:
+        common = ""
+    out = {(common.rstrip("/") + "/") if common else "./": docs}
+    children: dict[str, list[DocumentRecord]] = {}
+    for d, folder in zip(docs, dirs):
+        rest = folder[len(common):].lstrip("/")
+        if rest:
+            child = posixpath.join(common, rest.split("/")[0]) if common else rest.split("/")[0]
+            children.setdefault(child.rstrip("/") + "/", []).append(d)
+    out.update({f: m for f, m in children.items() if len(m) >= 2 and len(m) < len(docs)})
+    return out
+
+
+def current_collections(documents) -> dict[str, str]:
+    """The collections' keys the documents make now, each with the content hash its summary must have been written
+    from: a collection summary under another key, or with another hash, describes documents that changed or went."""
+    return {collection_key(folder): collection_sha([d.content_sha256 for d in members])
+            for folder, members in collections(documents).items()}
+
+
 def summary_block_key(summary_id: int, content_sha256: str) -> bytes:
     """The key of a summary's KV block in an answer model's tier: negative character spans never name an event."""
     return block_key(content_sha256, -int(summary_id), -1)
@@ -118,12 +151,18 @@ class SummaryShelf:
         self.store = store
         self._conn = store._conn
 
-    def put(self, summary: SummaryRecord, place: str = "") -> SummaryRecord:
-        """Add a summary, replacing any earlier one of the same key (a remade map)."""
+    def put(self, summary: SummaryRecord, place: str = "") -> SummaryRecord | None:
+        """Add a summary, replacing any earlier one of the same key (a remade map); None, and nothing written, when
+        its document was removed or changed since the summary was made from it."""
         vec = np.asarray(summary.embedding, dtype=np.float32).reshape(-1)
         if vec.shape != (self.store.identity.embed_dim,) or not np.all(np.isfinite(vec)):
             raise ValueError("a summary needs a finite embedding of the store's dimension")
         with self.store.writer(), self.store._transaction("writing a summary to"):
+            if summary.document_id is not None:  # removed or changed (an ingest beside `epi map`) since it was read
+                row = self._conn.execute("SELECT content_sha256 FROM documents WHERE id = ?",
+                                         (summary.document_id,)).fetchone()
+                if row is None or row[0] != summary.content_sha256:
+                    return None
             self._delete_where("key = ?", (summary.key,))
             cur = self._conn.execute(
                 f"INSERT INTO summaries ({_COLS.replace('id, ', '', 1)}) VALUES ({', '.join('?' * 16)})",
@@ -156,8 +195,14 @@ class SummaryShelf:
         self._delete_where("document_id = ?", (document_id,))
 
     def delete(self, key: str) -> None:
-        with self.store.writer(), self.store._transaction("removing a summary from"):
-            self._delete_where("key = ?", (key,))
+        self.delete_keys([key])
+
+    def delete_keys(self, keys: list[str]) -> None:
+        if not keys:
+            return
+        with self.store.writer(), self.store._transaction("removing summaries from"):
+            for key in keys:
+                self._delete_where("key = ?", (key,))
 
     def _delete_where(self, condition: str, args: tuple) -> None:
         self._conn.execute(f"DELETE FROM summaries_fts WHERE rowid IN (SELECT id FROM summaries WHERE {condition})",

@@ -305,7 +305,7 @@ def test_summary_returns_the_map_s_summaries(shared_store, tmp_path):
 
     from episodic_cli import Archive, EpiError
     from episodic_cli.store import Store
-    from episodic_cli.store.summaries import SummaryRecord, collection_key, document_key, part_key
+    from episodic_cli.store.summaries import SummaryRecord, collection_key, current_collections, document_key, part_key
 
     store_dir = tmp_path / "store"
     shutil.copytree(shared_store.store_dir, store_dir)
@@ -314,8 +314,10 @@ def test_summary_returns_the_map_s_summaries(shared_store, tmp_path):
         pdf = next(d for d in st.documents() if d.display_path == str(shared_store.pdf))
         shelf = st.summaries()
         put = lambda **kw: shelf.put(SummaryRecord(model="test", n_tokens=100, embedding=vec, **kw))  # noqa: E731
-        put(level="collection", key=collection_key("docs"), label="docs/", text="Two documents.",
-            content_sha256="c")
+        ((key, sha),) = current_collections(st.documents()).items()  # the folder holding the store's documents
+        put(level="collection", key=key, label="docs/", text="Two documents.", content_sha256=sha)
+        # a folder whose documents went since its summary was written
+        put(level="collection", key=collection_key("gone/"), label="gone/", text="Old notes.", content_sha256="c")
         put(level="document", key=document_key(pdf.id), label="keeper.pdf", text="A keeper hides a key.",
             content_sha256=pdf.content_sha256, document_id=pdf.id, page_start=1, page_end=5)
         put(level="part", key=part_key(pdf.id, [["chapter", "2", "The Stair"]]), label='ch. 2 "The Stair"',
@@ -323,10 +325,11 @@ def test_summary_returns_the_map_s_summaries(shared_store, tmp_path):
             page_start=3, page_end=4)
     with Archive(store_dir) as archive:
         top = archive.summary()
-        assert [(s.level, s.text) for s in top] == [("collection", "Two documents."),
-                                                    ("document", "A keeper hides a key.")]
-        assert top[1].document == str(shared_store.pdf) and not top[1].stale
-        assert top[1].citation.startswith(f"{shared_store.pdf}, summary of the whole document")
+        assert [(s.level, s.text, s.stale) for s in top] == [("collection", "Two documents.", False),
+                                                             ("collection", "Old notes.", True),
+                                                             ("document", "A keeper hides a key.", False)]
+        assert top[2].document == str(shared_store.pdf)
+        assert top[2].citation.startswith(f"{shared_store.pdf}, summary of the whole document")
         assert [s.level for s in archive.summary(shared_store.pdf.name)] == ["document", "part"]
         part = archive.summary(shared_store.pdf.name, part="chapter 2")
         assert [s.label for s in part] == ['ch. 2 "The Stair"'] and part[0].page_start == 3

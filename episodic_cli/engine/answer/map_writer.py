@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from ...store import DocumentRecord, EventRecord, Store
 from ...store.summaries import (COLLECTION, DOCUMENT, PART, SECTION, SummaryRecord, collection_key,
-                                collection_sha, document_key, part_key)
+                                collection_sha, collections, document_key, part_key)
 from ..budgets import MAP_PART_TOKENS, SUMMARY_TOKENS
 from ..documents.structure import CODE_KINDS, decode as decode_section, describe_node
 from ..prompt import (collection_summary_request, document_summary_request, part_summary_request,
@@ -202,29 +202,6 @@ def short_name(doc: DocumentRecord) -> str:
     return "/".join(parts[-2:] if doc.kind in CODE_DOCUMENT_KINDS else parts[-1:])
 
 
-def collections(documents: list[DocumentRecord]) -> dict[str, list[DocumentRecord]]:
-    """Folder -> its documents, for the collections' summaries: the deepest folder holding every document (what the
-    archive is), and each folder right under it holding two documents or more (a codebase beside a book, say)."""
-    docs = [d for d in documents if d.status == "complete"]
-    if len(docs) < 2:
-        return {}
-    dirs = [posixpath.dirname(d.display_path.replace(os.sep, "/")) for d in docs]
-    try:
-        common = posixpath.commonpath(dirs) if all(x.startswith("/") for x in dirs) or not any(
-            x.startswith("/") for x in dirs) else ""
-    except ValueError:
-        common = ""
-    out = {(common.rstrip("/") + "/") if common else "./": docs}
-    children: dict[str, list[DocumentRecord]] = {}
-    for d, folder in zip(docs, dirs):
-        rest = folder[len(common):].lstrip("/")
-        if rest:
-            child = posixpath.join(common, rest.split("/")[0]) if common else rest.split("/")[0]
-            children.setdefault(child.rstrip("/") + "/", []).append(d)
-    out.update({f: m for f, m in children.items() if len(m) >= 2 and len(m) < len(docs)})
-    return out
-
-
 class MapWriter:
     """Writes the map of a store with one answer model. `embed(text)` gives a summary's vector."""
 
@@ -266,12 +243,11 @@ class MapWriter:
             for doc in documents:
                 doc_parts = by_doc.get(doc.id, [])
                 for p in doc_parts:
-                    if not self._fresh(p.key, doc.content_sha256, p.label):
-                        self._write_part(p)
+                    if self._fresh(p.key, doc.content_sha256, p.label):
+                        state.skipped += 1
+                    elif self._write_part(p):
                         state.written += 1
                         state.per_level[p.level] += 1
-                    else:
-                        state.skipped += 1
                     state.tokens_done += p.n_tokens
                     report()
                     if self.should_stop():
@@ -281,8 +257,10 @@ class MapWriter:
                 if self._write_document(doc, doc_parts):
                     state.written += 1
                     state.per_level[DOCUMENT] += 1
+                self._drop_unplanned(doc, doc_parts)
                 report()
-            for folder, members in collections(self.store.documents()).items():
+            now = collections(self.store.documents())
+            for folder, members in now.items():
                 if self.should_stop():
                     state.stopped = "interrupted"
                     return state
@@ -290,9 +268,20 @@ class MapWriter:
                     state.written += 1
                     state.per_level[COLLECTION] += 1
                 report()
+            # a folder that no longer makes a collection (its documents removed, moved or down to one) keeps none
+            keys = {collection_key(folder) for folder in now}
+            self.shelf.delete_keys([s.key for s in self.shelf.all(COLLECTION) if s.key not in keys])
         finally:
             state.seconds = time.perf_counter() - started
         return state
+
+    def _drop_unplanned(self, doc: DocumentRecord, parts: list[MapPart]) -> None:
+        """A document's summaries under keys its plan no longer makes: parts cut another way (an earlier map with a
+        smaller context read a chapter in chunks; epi now names its parts otherwise), which overview questions
+        would otherwise read beside the new ones."""
+        planned = {p.key for p in parts} | {whole_part(c).key for c in chunks_by_part(parts).values()}
+        planned.add(document_key(doc.id))
+        self.shelf.delete_keys([s.key for s in self.shelf.of_document(doc.id) if s.key not in planned])
 
     # -- writing --------------------------------------------------------------------------------------------------
 
@@ -304,7 +293,8 @@ class MapWriter:
         return " ".join(answer.text.split())
 
     def _record(self, level: str, key: str, label: str, text: str, sha: str, doc: DocumentRecord | None,
-                events: list[EventRecord] | None, n_tokens: int) -> None:
+                events: list[EventRecord] | None, n_tokens: int) -> bool:
+        """Store a summary; False when its document was removed or changed meanwhile (nothing is stored)."""
         first, last = (events[0], events[-1]) if events else (None, None)
         record = SummaryRecord(
             level=level, key=key, label=label, text=text, model=self.model_name, content_sha256=sha,
@@ -313,9 +303,9 @@ class MapWriter:
             page_start=None if first is None else first.page_start, page_end=None if last is None else last.page_end,
             line_start=None if first is None else first.line_start, line_end=None if last is None else last.line_end)
         record.embedding = self.embed(record.embedding_text)
-        self.shelf.put(record, place=f"{doc.display_path if doc else ''}")
+        return self.shelf.put(record, place=f"{doc.display_path if doc else ''}") is not None
 
-    def _write_part(self, part: MapPart) -> None:
+    def _write_part(self, part: MapPart) -> bool:
         """A part (or a chunk of one) from its events' KV blocks, in document order."""
         retrieved = [RetrievedEvent(e, part.document, None, None) for e in part.events]
         if part.level == SECTION:
@@ -324,9 +314,8 @@ class MapWriter:
             request = part_summary_request(part.label, short_name(part.document),
                                            part.document.kind in CODE_DOCUMENT_KINDS)
         text = self._generate(request, retrieved)
-        if text:
-            self._record(part.level, part.key, part.label, text, part.document.content_sha256, part.document,
-                         part.events, part.n_tokens)
+        return bool(text) and self._record(part.level, part.key, part.label, text, part.document.content_sha256,
+                                           part.document, part.events, part.n_tokens)
 
     def _write_chunked_parts(self, doc: DocumentRecord, parts: list[MapPart], state: MapProgress) -> None:
         """A part read in chunks gets a summary of its own, from its chunks' summaries."""
@@ -337,8 +326,8 @@ class MapWriter:
                 continue
             text = self._from_summaries(part_summary_request(whole.label, short_name(doc),
                                                              doc.kind in CODE_DOCUMENT_KINDS), doc, summaries)
-            if text:
-                self._record(PART, whole.key, whole.label, text, doc.content_sha256, doc, whole.events, whole.n_tokens)
+            if text and self._record(PART, whole.key, whole.label, text, doc.content_sha256, doc, whole.events,
+                                     whole.n_tokens):
                 state.written += 1
                 state.per_level[PART] += 1
 
@@ -362,9 +351,8 @@ class MapWriter:
         if not text:
             return False
         events = [e for p in parts for e in p.events]  # the plan holds every event of the document, in order
-        self._record(DOCUMENT, key, os.path.basename(doc.display_path) or doc.display_path, text, doc.content_sha256,
-                     doc, events, doc.n_tokens)
-        return True
+        return self._record(DOCUMENT, key, os.path.basename(doc.display_path) or doc.display_path, text,
+                            doc.content_sha256, doc, events, doc.n_tokens)
 
     def _fit(self, summaries: list[SummaryRecord]) -> list[SummaryRecord]:
         """As many summaries as the answer context holds (about 4 characters a token), evenly spread if not all."""
@@ -384,5 +372,4 @@ class MapWriter:
         text = self._from_summaries(collection_summary_request(folder), None, self._fit(summaries))
         if not text:
             return False
-        self._record(COLLECTION, key, folder, text, sha, None, None, sum(d.n_tokens for d in members))
-        return True
+        return self._record(COLLECTION, key, folder, text, sha, None, None, sum(d.n_tokens for d in members))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...store import DocumentRecord, EventRecord, Store
-from ...store.summaries import COLLECTION, DOCUMENT, PART, SummaryRecord
+from ...store.summaries import COLLECTION, DOCUMENT, PART, SummaryRecord, current_collections
 from .retrieve import RetrievedEvent, fuse
 
 
@@ -51,10 +51,11 @@ def overview(store: Store, query: np.ndarray | None, question: str, char_budget:
     documents = store.documents()
     fresh = {d.id: d.content_sha256 for d in documents}
     path_of = {d.id: d.display_path for d in documents}
+    folders = current_collections(documents)
 
     def usable(s: SummaryRecord) -> bool:
-        if s.document_id is None:
-            return document_ids is None and s.level == COLLECTION
+        if s.document_id is None:  # a collection's: only while its folder holds the documents it was written from
+            return document_ids is None and s.level == COLLECTION and folders.get(s.key) == s.content_sha256
         return s.document_id in fresh and fresh[s.document_id] == s.content_sha256 and (
             document_ids is None or s.document_id in document_ids)
 
