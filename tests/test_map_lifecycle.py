@@ -69,7 +69,7 @@ def test_a_folders_summary_follows_its_documents_and_a_recut_map_leaves_no_old_p
         read = overview(st, _embed(st.identity.embed_dim)("q"), "what is in this archive?", 24000)
         assert not [s for s in read if s.level == COLLECTION]  # both folders' documents changed since
         _map(st, "B")
-        # docs/sub/ holds one document now: no collection; docs/ is written again from its two documents
+        # the sub-folder holds one document now: no collection; the top folder is written again from its two
         assert {s.key for s in st.summaries().all(COLLECTION)} == {collection_key(f"{docs}/")}
         read = overview(st, _embed(st.identity.embed_dim)("q"), "what is in this archive?", 24000)
         assert [s.key for s in read if s.level == COLLECTION] == [collection_key(f"{docs}/")]
