@@ -6,7 +6,7 @@ imported on first use, so that `import episodic_cli` (and the `epi` command) loa
 __version__ = "0.1.0"
 
 _API_NAMES = ("Archive", "Answer", "Quote", "SentenceEvidence", "Source", "Timings", "Hit", "Event", "Document",
-              "Summary", "Outline", "OutlineNode", "IngestReport", "EpiError", "StoreError")
+              "Summary", "Outline", "OutlineNode", "IngestReport", "EpiError", "NotFound", "StoreError")
 
 
 def __getattr__(name: str):

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -35,7 +36,7 @@ from .engine.documents.blocks import BLOCK_KINDS
 from .engine.documents.sources import Skipped, discover, document_format
 from .engine.documents.structure import all_paths, describe, describe_node, number_value, parse_heading
 from .engine.documents.structure import decode as decode_section
-from .engine.errors import EpiError
+from .engine.errors import EpiError, NotFound
 from .engine.ingest.document_pass import DEFAULT_COMMIT_EVERY
 from .engine.ingest.pipeline import IngestProgress, IngestResult
 from .engine.ingest.segment import SegmentParams
@@ -404,12 +405,29 @@ def _history(history: Iterable | None) -> list[dict[str, str]] | None:
     for item in history:
         if isinstance(item, Answer):
             turns += [{"role": "user", "content": item.question}, {"role": "assistant", "content": item.text}]
-        elif isinstance(item, dict):
+        elif isinstance(item, dict) and {"role", "content"} <= item.keys() and item["role"] in ("user", "assistant"):
             turns.append({"role": str(item["role"]), "content": str(item["content"])})
-        else:
+        elif isinstance(item, (tuple, list)) and len(item) == 2:
             question, answer = item
             turns += [{"role": "user", "content": str(question)}, {"role": "assistant", "content": str(answer)}]
+        else:
+            raise EpiError(f"history holds {str(item)[:60]!r}: give earlier turns as Answers, (question, answer) "
+                           'pairs or {"role": "user" or "assistant", "content": ...} dicts')
     return turns or None
+
+
+MAX_ID = 2**63 - 1          # SQLite's integers: an id past it names nothing
+MAX_SEARCH_K = 1000         # hits a search returns at most (an answer reads 5 by default)
+MAX_NEIGHBOURS = 50         # events either side of a hit or an event read
+
+
+def _count(value, name: str, low: int, high: int) -> int:
+    """`value` as a whole number from `low` to `high`, or an EpiError that says so (a digit string counts)."""
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
+        value = int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise EpiError(f"{name} must be a whole number from {low:,} to {high:,}, not {value!r}")
+    return value
 
 
 # ------------------------------------------------------------------------------------------------ Archive
@@ -439,6 +457,7 @@ class Archive:
         self._store: Store | None = None
         self._checked = False
         self._thread: int | None = None
+        self._answering = False  # an ask_stream() not yet read to its end: the model's context is its
 
     # -- the store and the models --------------------------------------------------------------------------
 
@@ -461,6 +480,11 @@ class Archive:
         elif self._thread != me:
             raise EpiError("this Archive was opened in another thread: use one Archive per thread, or run every call "
                            "on one thread (as `epi mcp` does)")
+
+    def _not_answering(self) -> None:
+        if self._answering:
+            raise EpiError("an answer is still being read from this Archive: read its stream to the end or close it "
+                           "first (one question at a time: they share the model's context)")
 
     def _warn(self, message: str) -> None:
         if self._notes is not None:
@@ -488,13 +512,18 @@ class Archive:
         return self
 
     def close(self) -> None:
-        """Free the model's contexts and close the store (the Archive may be used again: it reopens them)."""
-        self.workspace.close()
-        if self._store is not None:
-            self._store.close()
+        """Free the model's contexts and close the store (the Archive may be used again: it reopens them). From
+        another thread than the one that opened the store, the store is let go instead (SQLite closes a connection
+        only in its own thread; it closes when collected)."""
+        try:
+            self.workspace.close()
+        finally:
+            if self._store is not None and self._thread in (None, threading.get_ident()):
+                self._store.close()
             self._store = None
             self._checked = False
-        self._thread = None
+            self._thread = None
+            self._answering = False
 
     def __enter__(self) -> Archive:
         return self
@@ -513,6 +542,9 @@ class Archive:
         """The engine's side of a question: its result (filled in as the stream is read) and the answer stream.
         What `epi ask` renders; ask() and ask_stream() turn it into an Answer. The keywords are the engine's
         AskOptions (engine/ask_options.py) under the names `epi ask` gives them; `pool` sizes the layered pool."""
+        self._not_answering()
+        if not isinstance(question, str):
+            raise EpiError(f"the question must be a string, not {type(question).__name__}")
         check_question_length(question)
         globs = [doc] if isinstance(doc, str) else list(doc) if doc else None
         options = AskOptions(k=k, mode=mode, neighbours=neighbours, docs=globs, narrow=narrow, short=short,
@@ -532,9 +564,11 @@ class Archive:
         options; closing the iterator early stops the generation. `on_begin(result)`: the engine's result once
         retrieval is done, before the answer is read and generated (what will be read: `result.retrieved`)."""
         notes: list[str] = []
+        self._not_answering()
         self._notes = notes
         try:
             result, stream = self.begin(question, **options)
+            self._answering = True
             if on_begin is not None:
                 on_begin(result)
             try:
@@ -543,9 +577,11 @@ class Archive:
                 close = getattr(stream, "close", None)
                 if close is not None:
                     close()
+            answer = answer_of(result, notes)  # before the notes close: checking the quotes may warn
         finally:
             self._notes = None
-        yield answer_of(result, notes)
+            self._answering = False
+        yield answer
 
     def ask(self, question: str, *, k: int = DEFAULT_K, doc: str | list[str] | None = None,
             read: str = "auto", history: Iterable | None = None, **options) -> Answer:
@@ -573,10 +609,11 @@ class Archive:
         """The events retrieval finds for `query` (dense + exact-term search, as an answer's), best first; with
         `neighbours`, each hit's adjacent events follow the hits (rank None). A query naming a chapter, page, file
         or symbol searches there, as a question does."""
-        if not query.strip():
+        if not isinstance(query, str) or not query.strip():
             raise EpiError("the search is empty")
-        if k < 1:
-            raise EpiError("k must be at least 1")
+        check_question_length(query)
+        k = _count(k, "k", 1, MAX_SEARCH_K)
+        neighbours = _count(neighbours, "neighbours", 0, MAX_NEIGHBOURS)
         globs = [doc] if isinstance(doc, str) else list(doc) if doc else None
         st = self._ready()
         check_doc_globs(st, globs)
@@ -591,12 +628,12 @@ class Archive:
 
     def read_event(self, event_id: int, neighbours: int = 0) -> list[Event]:
         """One event (as `epi show`), with up to `neighbours` events before and after it, in document order."""
-        if neighbours < 0:
-            raise EpiError("neighbours must be 0 or more")
+        neighbours = _count(neighbours, "neighbours", 0, MAX_NEIGHBOURS)
+        event_id = _count(event_id, "the event id", 1, MAX_ID)
         st = self._ready()
-        events = st.get_events([int(event_id)])
+        events = st.get_events([event_id])
         if not events:
-            raise EpiError(unknown_event(event_id, st.path))
+            raise NotFound(unknown_event(event_id, st.path))
         target = events[0]
         doc = st.get_document(target.document_id)
         out = []
@@ -624,12 +661,12 @@ class Archive:
         """The one document `name` (a display path, file name or glob, as --doc; or its id) names."""
         if isinstance(name, int):
             try:
-                return st.get_document(name)
-            except KeyError:
-                raise EpiError(f"no document {name} in store {st.path}; `epi ls` lists them") from None
+                return st.get_document(_count(name, "the document id", 1, MAX_ID))
+            except (KeyError, EpiError):
+                raise NotFound(f"no document {name} in store {st.path}; `epi ls` lists them") from None
         matched = documents_matching(st, [name])
         if not matched:
-            raise EpiError(f"no document matches {name!r} in store {st.path}; `epi ls` lists them")
+            raise NotFound(f"no document matches {name!r} in store {st.path}; `epi ls` lists them")
         if len(matched) > 1:
             names = sorted(matched.values())
             raise EpiError(f"{name!r} matches {len(names)} documents ({', '.join(names[:5])}"
@@ -688,6 +725,8 @@ class Archive:
         (`write_map`). `kv_budget`: bytes or "20GB" (None: the
         store's, 10 GB for a new one); `kv=False` keeps text only. `progress` hears the pipeline's progress
         (engine/ingest/pipeline.py, IngestProgress)."""
+        if isinstance(paths, (str, os.PathLike)):  # one path, not its characters (".", "/" and "a" were read)
+            paths = [paths]
         found = list(discover([Path(p).expanduser() for p in paths]))
         if all(isinstance(f, Skipped) for f in found):
             raise EpiError(nothing_to_ingest(found))
@@ -696,6 +735,8 @@ class Archive:
         Store.refuse_if_being_written(self.store_dir)
         params = params or SegmentParams()
         plan = plan_ingest(reader, chosen_answer_model(self.model_choice) if warm else "none", kv, False, write_map)
+        self._not_answering()
+        self.workspace.close()  # the reader loads its own copy (one reader: the same model); one is enough in memory
         ws = Workspace(plan.reading, str(self.store_dir), self.threads, warn=self._warn)
         results: list[IngestResult] = []
         try:

@@ -30,12 +30,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ResourceError
+from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 from mcp.types import CallToolResult, Resource, TextContent, ToolAnnotations
 
 from . import __version__
 from .api import Answer, Archive, Document, Event, Hit, Summary
-from .engine.errors import EpiError
+from .engine.errors import EpiError, NotFound
 from .store import StoreError
 
 log = logging.getLogger("episodic_cli.mcp")
@@ -332,6 +332,12 @@ def failed(message: str) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
 
 
+def _within(value: int, name: str, low: int, high: int) -> None:
+    """A tool's number outside what it takes is the caller's error, said as one (not quietly moved into range)."""
+    if not low <= value <= high:
+        raise EpiError(f"{name} must be from {low} to {high}, not {value}")
+
+
 def tool_call(fn):
     """A tool body whose failures come back as tool errors: a user's (EpiError, StoreError) with the one line the
     CLI prints for it, anything else with its type and message (and its traceback in the server's log)."""
@@ -368,7 +374,7 @@ def build_server(engine: Engine, name: str = "epi") -> EpiServer:
         best first. Each comes with its citation (document, chapter or symbol, pages or lines), an excerpt and its
         event id, which `read_event` reads whole. `k`: how many (1-50); `doc`: only documents matching this glob
         (a file name such as `book.pdf`, or `src/*.py`)."""
-        k = max(1, min(int(k), MAX_K))
+        _within(k, "k", 1, MAX_K)
         hits = await engine.call(ctx, "search", lambda a: a.search(query, k, doc or None))
         return _result(hits_text(hits), {"hits": [h.as_json() for h in hits]})
 
@@ -385,9 +391,8 @@ def build_server(engine: Engine, name: str = "epi") -> EpiServer:
         `doc`: only documents matching this glob. `k`: passages found by similarity (1-50). `answer_tokens`: the
         most tokens the answer may take, for a shorter answer sooner (default and most: 256, 384 reading a whole
         part or the map, up to 1,024 for a question about each part in turn)."""
-        k = max(1, min(int(k), MAX_K))
-        cap = None if answer_tokens is None else max(1, int(answer_tokens))
-        answer = await engine.ask(ctx, question, doc=doc or None, read=read, k=k, answer_tokens=cap)
+        _within(k, "k", 1, MAX_K)
+        answer = await engine.ask(ctx, question, doc=doc or None, read=read, k=k, answer_tokens=answer_tokens)
         log.info("answered in %.2f s (first token %.2f s)", answer.timings.total_s, answer.timings.first_token_s)
         return _result(answer_text(answer), answer.as_json())
 
@@ -396,8 +401,8 @@ def build_server(engine: Engine, name: str = "epi") -> EpiServer:
     async def read_event(id: int, neighbours: int = 0, ctx: Context = None) -> CallToolResult:
         """Read one event (a passage of a document, as `search` and `ask` name them by id) whole, with up to
         `neighbours` events before and after it (0-5), in document order."""
-        n = max(0, min(int(neighbours), MAX_NEIGHBOURS))
-        events = await engine.call(ctx, "read_event", lambda a: a.read_event(int(id), n))
+        _within(neighbours, "neighbours", 0, MAX_NEIGHBOURS)
+        events = await engine.call(ctx, "read_event", lambda a: a.read_event(id, neighbours))
         return _result(events_text(events), {"events": [e.as_json() for e in events]})
 
     @server.tool(annotations=READ_ONLY, structured_output=False)
@@ -421,8 +426,13 @@ def build_server(engine: Engine, name: str = "epi") -> EpiServer:
                                  "and the event ids each spans (`list_documents` gives each document's id)")
     async def outline(document_id: str) -> str:
         try:
+            if not (document_id.isascii() and document_id.isdigit()):
+                raise NotFound(f"no document {document_id!r}: an outline is named by a document's id, a whole number "
+                               "(`list_documents` gives them)")
             return await engine.call(None, "outline", lambda a: a.outline(int(document_id)).text())
-        except (EpiError, StoreError, ValueError) as exc:
+        except NotFound as exc:
+            raise ResourceNotFoundError(error_line(exc)) from exc
+        except (EpiError, StoreError) as exc:
             raise ResourceError(error_line(exc)) from exc
 
     return server

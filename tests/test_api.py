@@ -139,6 +139,47 @@ def test_user_errors_are_the_cli_s_one_line(archive, shared_store):
         archive.search(" ")
 
 
+def test_bad_values_are_one_line_errors_not_exceptions_of_other_types(archive):
+    """From a review: ids and counts past SQLite's integers, ids that are not numbers, malformed history, a question
+    that is not a string and a lone surrogate each raised OverflowError, ValueError, KeyError, AttributeError or
+    TypeError."""
+    from episodic_cli import EpiError
+
+    for call in (lambda: archive.read_event(10**30), lambda: archive.read_event("abc"),
+                 lambda: archive.read_event(1, neighbours=10**30), lambda: archive.outline(10**30),
+                 lambda: archive.search("keeper", k=10**30), lambda: archive.ask(None),
+                 lambda: archive.ask("and then?", history=["hi"]),
+                 lambda: archive.ask("and then?", history=[{"role": "user"}]),
+                 lambda: archive.search("a\ud800b")):
+        assert isinstance(_raises(call), EpiError), call
+
+
+def test_a_second_question_waits_for_the_stream_being_read(archive):
+    from episodic_cli import EpiError
+
+    stream = archive.ask_stream(TEXT_QUESTION, k=1, neighbours=0)
+    next(stream)
+    with pytest.raises(EpiError, match="still being read"):
+        archive.ask(TEXT_QUESTION, k=1, neighbours=0)
+    *_, answer = list(stream)  # the first answer is whole, and the archive answers again after it
+    assert answer.text and archive.ask(TEXT_QUESTION, k=1, neighbours=0).text
+    stream = archive.ask_stream(TEXT_QUESTION, k=1, neighbours=0)
+    next(stream)
+    stream.close()  # a stream closed early frees the archive too
+    assert archive.ask(TEXT_QUESTION, k=1, neighbours=0).text
+
+
+def test_an_archive_used_in_a_worker_thread_closes_from_the_main_thread(shared_store):
+    from episodic_cli import Archive
+
+    archive = Archive(shared_store.store_dir)
+    worker = threading.Thread(target=archive.documents)
+    worker.start()
+    worker.join()
+    archive.close()  # raised sqlite3.ProgrammingError and kept the store
+    assert archive.documents()  # reopened in this thread
+
+
 def test_another_thread_is_refused_with_a_message(archive):
     from episodic_cli import EpiError
 
@@ -275,6 +316,10 @@ def test_ingest_reads_new_files_and_skips_unchanged_ones(tmp_path):
         assert [d.name for d in archive.documents()] == [str(doc)]
         assert any("Mira Okafor" in h.text for h in archive.search("who kept the tide tables?", k=2))
         assert [d["status"] for d in archive.ingest([doc]).documents] == ["unchanged"]
+        # one path as a string is that path, not its characters ("." and "/" were read)
+        (tmp_path / "private.txt").write_text("not for the store\n", encoding="utf-8")
+        assert [d["status"] for d in archive.ingest(str(doc)).documents] == ["unchanged"]
+        assert len(archive.documents()) == 1
         with pytest.raises(EpiError, match="nothing to ingest"):
             archive.ingest([tmp_path / "missing.txt"])
 

@@ -17,7 +17,7 @@ from conftest import PDF_FACT_PAGE, PDF_QUESTION, TEXT_FACT, TEXT_QUESTION
 from episodic_cli.app import app
 
 mcp = pytest.importorskip("mcp", reason="`epi mcp` needs the MCP SDK (pip install 'epi[mcp]'; ./install.sh does)")
-from mcp import ClientSession  # noqa: E402
+from mcp import ClientSession, MCPError  # noqa: E402
 from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -133,6 +133,12 @@ async def check_errors(s: ClientSession, show_error: str, empty_error: str) -> N
     assert nodoc.is_error and "matches no document" in nodoc.content[0].text
     nomap = await s.call_tool("summary", {})
     assert nomap.is_error and "epi map" in nomap.content[0].text
+    # a number out of range is refused, not quietly moved into range (answer_tokens 0 gave a one-token answer)
+    for tool, arguments in (("search", {"query": "key", "k": 0}), ("ask", {"question": "key?", "k": 99}),
+                            ("ask", {"question": "key?", "answer_tokens": 0}),
+                            ("read_event", {"id": 1, "neighbours": -1})):
+        refused = await s.call_tool(tool, arguments)
+        assert refused.is_error and "must be" in refused.content[0].text, (tool, arguments, refused.content)
     # still up: the next calls are answered
     docs = await s.call_tool("list_documents", {})
     assert not docs.is_error and len(docs.structured_content["documents"]) == 2
@@ -169,3 +175,8 @@ async def check_outlines(s: ClientSession, shared_store) -> None:
     outline = (await s.read_resource(f"epi://outline/{pdf['id']}")).contents[0].text
     assert outline.splitlines()[0].startswith(f"{shared_store.pdf} (PDF, 5 pages") or \
         outline.splitlines()[0].startswith(str(shared_store.pdf)), outline
+    # a document that is not there is "not found" (invalid params), not an internal error
+    for missing in ("999999", "abc", str(10**30)):
+        with pytest.raises(MCPError) as err:
+            await s.read_resource(f"epi://outline/{missing}")
+        assert err.value.code == -32602 and "no document" in err.value.message, err.value

@@ -43,6 +43,10 @@ def check_question_length(question: str) -> None:
     """Refuses, before anything loads, a question that is empty, has no words ("???") or is too long to be one."""
     if not question.strip():
         raise EpiError("the question is empty")
+    try:
+        question.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (a broken paste, an MCP client's bad JSON): no tokenizer takes it
+        raise EpiError("the question holds characters that are not text (a lone surrogate); type it again") from None
     if not any(ch.isalnum() for ch in question):
         raise EpiError(f"the question {question.strip()[:40]!r} has no words: ask it in words")
     if len(question) > MAX_QUESTION_CHARS:
