@@ -109,3 +109,27 @@ def test_doctor_names_a_tier_over_its_budget_and_repair_evicts_it_down(shared_st
     with Store.open_existing(store) as st:
         assert st.stats()["n_events"] == shared_store.records()[0]["events"] + shared_store.records()[1]["events"]
     assert invoke("doctor", "--quick", "--store", store).exit_code == 0
+
+
+def test_a_store_without_blocks_by_choice_is_not_told_its_budget_is_full(tmp_path):
+    """`epi map` on a --no-kv store warned "the KV budget is full ... raise it", though a budget of 0 was chosen."""
+    from tiny_gguf import write_tiny_model
+
+    from episodic_cli.engine.kv.keeper import BlockKeeper
+    from episodic_cli.engine.llama.backend import LlamaModel
+    from episodic_cli.store.kv_tier import BlockType, KVSpace, TierConfig, block_key
+
+    config = TierConfig(model_name="Tiny", model_sha256="ab" * 32, llama_cpp_version="0.3.36", type_k="f16",
+                        type_v="f16", flash_attn=False, n_layer=2, n_head_kv=1, head_dim=32, block_kind="q8_0")
+    model = LlamaModel(write_tiny_model(tmp_path / "tiny.gguf"))
+    try:
+        told = {}
+        for budget in (0, 100):  # none by choice; a budget too small for the block
+            warned: list[str] = []
+            keeper = BlockKeeper(KVSpace(tmp_path / f"kv{budget}", budget).tier(config), model, warn=warned.append)
+            keeper.offer_encoded(block_key("f" * 64, 1, 2), BlockType.Q8_0, 1, b"\0" * 1000, None, on_use=True)
+            told[budget] = warned
+        assert len(told[0]) == 1 and "keeps no KV blocks" in told[0][0] and "full" not in told[0][0]
+        assert len(told[100]) == 1 and "the KV budget is full" in told[100][0]
+    finally:
+        model.close()

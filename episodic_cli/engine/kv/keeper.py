@@ -51,6 +51,11 @@ _REFUSALS = {
 }
 
 
+# A budget of 0 is a choice (`--no-kv`, `--kv-budget 0`), not a budget that filled up.
+NO_BLOCKS_KEPT = ("this store keeps no KV blocks (its KV budget is 0: ingested with --no-kv, or set so), so answers "
+                  "read events from their text; `epi config --kv-budget SIZE` keeps them")
+
+
 class BlockKeeper:
     """Offers blocks to one tier and remembers what became of them; a refusal is told once (`warn`)."""
 
@@ -90,7 +95,8 @@ class BlockKeeper:
         self.outcomes[outcome] += 1
         if outcome in _REFUSALS and not self._told:
             self._told = True
-            self.warn(_REFUSALS[outcome])
+            text_only = outcome is Admission.NO_BUDGET and self.tier.space.budget == 0
+            self.warn(NO_BLOCKS_KEPT if text_only else _REFUSALS[outcome])
         return outcome
 
     @property
