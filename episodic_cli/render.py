@@ -89,12 +89,12 @@ def token_progress(description: str, quiet: bool = False) -> Iterator[Callable[[
 @contextlib.contextmanager
 def map_progress(quiet: bool = False) -> Iterator[Callable]:
     """The map's bar: tokens of parts summarised (rate, ETA) and summaries written; yields update(MapProgress)."""
-    with Progress(TextColumn("writing the map"), BarColumn(), MofNCompleteColumn(), TextColumn("tokens"),
-                  TextColumn("{task.fields[written]} summaries"), TimeRemainingColumn(), console=err,
-                  transient=True, disable=quiet or not err.is_terminal) as progress:
-        task = progress.add_task("map", total=None, written=0)
+    with Progress(TextColumn("writing the map ({task.fields[stage]})"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("tokens"), TextColumn("{task.fields[written]} summaries"), TimeRemainingColumn(),
+                  console=err, transient=True, disable=quiet or not err.is_terminal) as progress:
+        task = progress.add_task("map", total=None, written=0, stage="parts")
         yield lambda state: progress.update(task, completed=state.tokens_done, total=max(state.tokens_total, 1),
-                                            written=state.written)
+                                            written=state.written, stage=state.stage)
 
 
 @contextlib.contextmanager
@@ -117,9 +117,13 @@ def reembed_summary(result, embedder: str) -> None:
 def map_summary(result) -> None:
     levels = ", ".join(f"{n} {level}" for level, n in result.per_level.items() if n)
     line = (f"wrote {result.written:,} summaries ({levels or 'none'}) in {_duration(result.seconds)}"
-            if result.written else "the map is up to date: every part already has its summary")
+            if result.written else "wrote no summaries" if result.missed else
+            "the map is up to date: every part already has its summary")
     if result.skipped and result.written:
         line += f"; {result.skipped:,} parts were summarised already"
+    if result.missed:
+        line += (f"; {result.missed:,} parts got no summary (the model wrote nothing, or their document changed "
+                 "meanwhile): run `epi map` again")
     if result.stopped:
         line += f"; stopped ({result.stopped}): run `epi map` again to go on"
     err.print(escape(line), soft_wrap=True)

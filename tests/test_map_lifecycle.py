@@ -19,14 +19,15 @@ runner = CliRunner()
 
 
 class StubSummariser:
-    """Writes "<tag>: N sources" for any request; `before_each` runs first (failure injection)."""
+    """Writes "<tag>: N sources" for any request ("" for the tag "silent"); `before_each` runs first (failure
+    injection)."""
 
     def __init__(self, tag: str, before_each=lambda: None):
         self.tag, self.before_each = tag, before_each
 
     def stream(self, request, retrieved, history, started, answer, max_tokens=None, should_stop=None):
         self.before_each()
-        answer.text = f"{self.tag}: {len(retrieved)} sources"
+        answer.text = "" if self.tag == "silent" else f"{self.tag}: {len(retrieved)} sources"
         yield answer.text
 
 
@@ -88,3 +89,15 @@ def test_a_document_removed_while_the_map_runs_is_skipped(tmp_path):
         assert progress.stopped is None
         assert not st.summaries().of_document(victim.id)
         assert {d.display_path for d in st.documents()} == {str(docs / "a.md"), str(docs / "sub" / "b.md")}
+
+
+def test_parts_the_model_wrote_nothing_for_are_not_called_up_to_date(tmp_path, capsys):
+    from episodic_cli import render
+
+    _, store = _folder(tmp_path)
+    with Store.open_existing(store) as st:
+        progress = _map(st, "silent")
+        assert progress.written == 0 and progress.missed == 3 and not st.summaries().count()
+    render.map_summary(progress)
+    said = " ".join(capsys.readouterr().err.split())
+    assert "up to date" not in said and "3 parts got no summary" in said and "run `epi map` again" in said

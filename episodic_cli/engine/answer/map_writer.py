@@ -71,6 +71,8 @@ class MapProgress:
     tokens_total: int = 0
     written: int = 0
     skipped: int = 0   # present already (a resumed run)
+    missed: int = 0    # parts that got no summary: the model wrote nothing, or their document changed meanwhile
+    stage: str = "parts"  # what is being written: "parts", "document summaries", "folder summaries"
     seconds: float = 0.0
     stopped: str | None = None
     per_level: dict = field(default_factory=lambda: {SECTION: 0, PART: 0, DOCUMENT: 0, COLLECTION: 0})
@@ -248,17 +250,23 @@ class MapWriter:
                     elif self._write_part(p):
                         state.written += 1
                         state.per_level[p.level] += 1
+                    else:
+                        state.missed += 1
                     state.tokens_done += p.n_tokens
                     report()
                     if self.should_stop():
                         state.stopped = "interrupted"
                         return state
+                state.stage = "document summaries"  # the bar's tokens are done for this document; the model is not
+                report()
                 self._write_chunked_parts(doc, doc_parts, state)
                 if self._write_document(doc, doc_parts):
                     state.written += 1
                     state.per_level[DOCUMENT] += 1
                 self._drop_unplanned(doc, doc_parts)
+                state.stage = "parts"
                 report()
+            state.stage = "folder summaries"
             now = collections(self.store.documents())
             for folder, members in now.items():
                 if self.should_stop():
