@@ -125,3 +125,17 @@ def test_a_code_file_read_in_chunks_gives_its_document_the_whole_files_summary()
     whole = whole_part(chunks_by_part(parts)["None"])
     assert whole.key == MapPart(code, None, "", events).key
     assert document_sources(parts) == [whole.key]
+
+
+def test_a_short_document_whose_one_event_holds_two_sections_is_read_as_a_whole():
+    """From a review: such a document was one part named after the section most of it is in ("The Storm"), and the
+    model was asked to summarise that section alone."""
+    arrival, storm = ["section", None, "Arrival"], ["section", None, "The Storm"]
+    (event,) = _events([([storm], 300)])
+    event.section = encode({"path": [storm], "also": [[arrival]]})
+    (part,) = plan_parts(_doc(), [event], ROOM)
+    assert part.path is None and part.label == "lines 1-1"
+    # a document of several parts keeps its sections' names, though events straddle their edges
+    first, second = _events([([arrival], 300), ([storm], 300)])
+    first.section = encode({"path": [arrival], "also": [[storm]]})
+    assert [p.label for p in plan_parts(_doc(), [first, second], ROOM)] == ['"Arrival"', '"The Storm"']

@@ -88,6 +88,16 @@ def _top_node(ev: EventRecord, depth: int) -> list | None:
     return prose[:depth] or None
 
 
+def _holds_others(events: list[EventRecord], node: list, depth: int) -> bool:
+    """Whether the events also hold a real part of another section at `depth` than `node` (their `also`)."""
+    for e in events:
+        for chain in (decode_section(e.section) or {}).get("also") or []:
+            prose = [n for n in chain if n[0] not in CODE_KINDS][:depth]
+            if len(prose) == depth and prose != node:
+                return True
+    return False
+
+
 def _span_label(events: list[EventRecord], kind: str) -> str:
     first, last = events[0], events[-1]
     if first.page_start is not None:
@@ -124,6 +134,10 @@ def plan_parts(document: DocumentRecord, events: list[EventRecord], room: int) -
                 if not groups or sum(x.token_end - x.token_start for x in groups[-1][1]) >= MAP_PART_TOKENS:
                     groups.append((None, []))
                 groups[-1][1].append(e)
+    if len(groups) == 1 and groups[0][0] is not None and _holds_others(groups[0][1], groups[0][0], depth):
+        # A short document whose one event holds two sections ("Arrival", "The Storm") is one part, named after the
+        # section most of it is in: the request then asked for "The Storm" alone. It is read as the whole it is.
+        groups = [(None, groups[0][1])]
     parts = []
     for path, evs in groups:
         # Under one title over everything, the title is the document's, not the part's: a manual's parts were
