@@ -6,6 +6,7 @@ it behind, so the sink belongs to neither of them.
 from __future__ import annotations
 
 import re
+import string
 
 import numpy as np
 
@@ -47,7 +48,7 @@ def check_question_length(question: str) -> None:
         question.encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate (a broken paste, an MCP client's bad JSON): no tokenizer takes it
         raise EpiError("the question holds characters that are not text (a lone surrogate); type it again") from None
-    if not any(ch.isalnum() for ch in question):
+    if all(ch in string.punctuation or ch.isspace() for ch in question):  # "???", "..."; an emoji is a word here
         raise EpiError(f"the question {question.strip()[:40]!r} has no words: ask it in words")
     if len(question) > MAX_QUESTION_CHARS:
         raise EpiError(f"the question is {len(question):,} characters long; epi takes at most {MAX_QUESTION_CHARS:,} "
