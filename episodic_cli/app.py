@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import enum
 import json
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -188,11 +189,18 @@ def ingest(
     with ws.ingest_run(st, params, kv_type.value if kv else None, budget, commit_every, spec,
                        plan.reader_keeps_blocks) as ingestor:
         results += ingest_found(ingestor, found, as_json)
+        gone = [] if changes else stored_but_gone(st, paths, found)  # the watch removes what goes itself
         if changes is not None:  # what the watch read is warmed and mapped too, once it stops
             results += follow_changes(st, ingestor, paths, changes, as_json)
     if not as_json:
         render.ingest_summary(results, st.path)
     ws.close()
+    if gone:
+        shown = ", ".join(printable(g) for g in gone[:3]) + (", ..." if len(gone) > 3 else "")
+        render.warning(f"{len(gone)} stored document{'s' if len(gone) > 1 else ''} from "
+                       f"{', '.join(str(p) for p in paths if p.is_dir())} {'are' if len(gone) > 1 else 'is'} no longer "
+                       f"there (removed, renamed or now ignored): {shown}; `epi rm` drops "
+                       f"{'them' if len(gone) > 1 else 'it'}, `epi ingest --watch` keeps a folder in step")
     new_docs = {r.path for r in results if r.status == "ingested"}
     if new_docs and plan.follows and background:  # every event without a block, then every part without a summary
         render.job_started(*background_job.start_or_join(store_path(store), plan.answering, threads, write_map),
@@ -204,6 +212,15 @@ def ingest(
             map_documents(plan.answering, store, threads, new_docs, as_json)
     if any(r.status == "failed" for r in results) or all(r.status == "skipped" for r in results):
         raise typer.Exit(1)
+
+
+def stored_but_gone(st: Store, paths: list[Path], found: list) -> list[str]:
+    """The display paths of stored documents under the folders ingested that this walk did not find: a file removed,
+    renamed or now ignored stays in the store until `epi rm` (outside --watch, which removes them itself)."""
+    roots = [str(p.resolve()) for p in paths if p.is_dir()]
+    present = {str(item[0]) for item in found if not isinstance(item, Skipped)}
+    return sorted(d.display_path for d in st.documents() if d.path not in present and
+                  any(d.path.startswith(r.rstrip(os.sep) + os.sep) for r in roots))
 
 
 def ingest_found(ingestor, found: list, as_json: bool) -> list:
@@ -519,7 +536,7 @@ def list_documents(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
 @app.command()
 @handle_errors
 def show(
-    event_id: Annotated[int, typer.Argument(help="An event id, as printed by `epi ask` sources or `--json`.", show_default=False)],
+    event_id: Annotated[int, typer.Argument(help="An event id, as printed by `epi ask` sources or `--json`.", max=2**63 - 1, show_default=False)],
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -549,11 +566,22 @@ def rm(
 ) -> None:
     """Remove documents with their events and index entries from the store (the files themselves are untouched)."""
     with Store.open_existing(store_path(store)) as st, st.writer():
-        by_display = {d.display_path: d.path for d in st.documents()}
-        by_display |= {printable(shown): path for shown, path in by_display.items()}  # a name as `ls` escapes it
+        stored = {d.path for d in st.documents()}
+        by_display: dict[str, set[str]] = {}  # two files ingested from different folders may show the same name
+        for d in st.documents():
+            for shown in {d.display_path, printable(d.display_path)}:  # a name as `ls` escapes it, too
+                by_display.setdefault(shown, set()).add(d.path)
         missing = []
         for p in paths:
-            key = by_display.get(p) or str(Path(p).expanduser().resolve())
+            resolved = str(Path(p).expanduser().resolve())
+            named = by_display.get(p, set())
+            if resolved in stored:  # the file's own path names one document, whatever else shows the same name
+                key = resolved
+            elif len(named) > 1:
+                raise EpiError(f"{p} names {len(named)} documents ({', '.join(sorted(named))}); give the one to "
+                               "remove by its full path")
+            else:
+                key = next(iter(named), resolved)
             if st.remove_document(key):
                 render.info(f"removed {p}")
             else:

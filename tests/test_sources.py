@@ -377,3 +377,69 @@ def test_sha256_stability(tmp_path: Path) -> None:
 def test_source_document_is_a_plain_dataclass() -> None:
     doc = SourceDocument(Path("/x"), "x", "text", "a\nb", "0" * 64, None, None, 2)
     assert doc.locate(2, 3) == (None, None, 2, 2)
+
+
+# ------------------------------------------------------------------------ odd things in normal folders (review)
+
+
+def test_a_file_name_that_is_not_utf8_is_skipped_not_a_crash(tmp_path: Path) -> None:
+    folder = tmp_path / "notes"
+    _write(folder / "good.md", "good\n")
+    with open(os.fsencode(folder) + b"/bad\xffname.txt", "wb") as f:  # bytes of another system's encoding
+        f.write(b"text " * 50)
+    found = list(discover([folder]))
+    skipped = [f for f in found if isinstance(f, Skipped)]
+    assert [f[1] for f in found if not isinstance(f, Skipped)] == [str(folder / "good.md")]
+    assert len(skipped) == 1 and skipped[0].reason == sources.NOT_UTF8_NAME
+    named = list(discover([skipped[0].path]))  # named on the command line: the same reason, failing the run
+    assert len(named) == 1 and named[0].reason == sources.NOT_UTF8_NAME and named[0].fails_run
+
+
+def test_a_folder_that_cannot_be_read_is_skipped_and_the_walk_goes_on(tmp_path: Path, monkeypatch) -> None:
+    folder = tmp_path / "disk"
+    _write(folder / "a.md", "a\n")
+    _write(folder / "lost+found" / "b.md", "b\n")
+    _write(folder / "z.md", "z\n")
+    real_is_file, real_scandir = Path.is_file, os.scandir
+
+    def is_file(self):  # what Python 3.11 does in a folder of mode 000 (as root the test cannot make one)
+        if self.parent.name == "lost+found":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_is_file(self)
+
+    def scandir(path):
+        if Path(path).name == "lost+found":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(Path, "is_file", is_file)
+    monkeypatch.setattr(sources.os, "scandir", scandir)
+    found = list(discover([folder]))
+    assert [f[1] for f in found if not isinstance(f, Skipped)] == [str(folder / "a.md"), str(folder / "z.md")]
+    assert [f.reason for f in found if isinstance(f, Skipped)] == ["cannot list directory (Permission denied)"]
+
+
+def test_a_text_file_that_mentions_the_pdf_header_is_text(tmp_path: Path) -> None:
+    notes = _write(tmp_path / "notes.md", "# PDF notes\n\nA PDF file starts with `%PDF-1.7`, then objects.\n")
+    doc = load_document(notes)
+    assert doc.kind != "pdf" and "%PDF-1.7" in doc.text
+
+
+def test_html_charsets_are_read_as_browsers_read_them(tmp_path: Path) -> None:
+    latin = tmp_path / "latin.html"  # labelled Latin-1, written by Windows: curly quotes and a dash
+    latin.write_bytes(b'<html><head><meta charset="iso-8859-1"></head><body><p>He said \x93hello\x94 \x96 and '
+                      b'left.</p></body></html>')
+    assert "He said \u201chello\u201d \u2013 and left." in load_document(latin).text
+    wrong = tmp_path / "utf16.html"  # labelled UTF-16, written as UTF-8 without a BOM
+    wrong.write_bytes('<html><head><meta charset="utf-16"></head><body><p>Café au lait.</p></body></html>'
+                      .encode("utf-8"))
+    assert "Café au lait." in load_document(wrong).text
+    comments = tmp_path / "placeholder.html"
+    comments.write_text("<!-- generated later -->\n")
+    with pytest.raises(sources.NothingToRead):  # skipped with its reason in a folder, like an empty page
+        load_document(comments)
+
+
+def test_a_pdf_with_nothing_on_its_pages_is_skipped_like_an_empty_page(tmp_path: Path) -> None:
+    with pytest.raises(sources.NothingToRead):
+        load_document(make_pdf(tmp_path / "blank.pdf", ["", ""]))

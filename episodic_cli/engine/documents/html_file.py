@@ -20,6 +20,14 @@ HTML_EXTS = frozenset({".html", ".htm", ".xhtml"})
 MAX_HTML_BYTES = 20 * 10**6  # 20 MB, decimal
 
 _CHARSET_RE = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.I)
+# Declared charsets as browsers read them (the WHATWG Encoding Standard): a page labelled Latin-1 or ASCII is
+# windows-1252 in practice (its curly quotes and dashes would be C1 controls), and a UTF-16 label on bytes with no
+# BOM (a BOM is read first) cannot be true: such a page is read as UTF-8.
+_LABELLED_AS = {**dict.fromkeys(("iso-8859-1", "iso8859-1", "iso_8859-1", "latin1", "latin-1", "l1", "ascii",
+                                 "us-ascii", "cp819", "ibm819", "windows-1252"), "cp1252"),
+                **dict.fromkeys(("iso-8859-9", "iso8859-9", "latin5", "l5"), "cp1254"),
+                **dict.fromkeys(("iso-8859-11", "tis-620"), "cp874"),
+                **dict.fromkeys(("utf-16", "utf-16le", "utf-16be", "utf16"), "utf-8")}
 
 
 class NotReadable(Exception):
@@ -39,7 +47,8 @@ def decode(data: bytes) -> str:
     m = _CHARSET_RE.search(data[:4096])
     if m:
         try:
-            return data.decode(m.group(1).decode("ascii").lower(), errors="replace")
+            label = m.group(1).decode("ascii").lower()
+            return data.decode(_LABELLED_AS.get(label, label), errors="replace")
         except LookupError:
             pass  # an unknown charset name: guess as below
     try:
@@ -60,8 +69,8 @@ def parse(text: str):
 
     # lxml refuses a str that declares its own encoding in an XML prolog; the text is decoded already.
     text = re.sub(r"^\s*<\?xml[^>]*\?>", "", text, count=1)
-    if not text.strip():
-        raise NotReadable("it holds no markup")
+    if not re.sub(r"<!--.*?-->", "", text, flags=re.S).strip():
+        raise NoText("it holds no markup")  # empty, or comments only: nothing to read, as a page with no text
     try:
         return lxml.html.document_fromstring(text)
     except Exception as exc:  # noqa: BLE001 - lxml's parser errors share no useful base

@@ -61,13 +61,13 @@ _CODE_NAMES = frozenset(
     "makefile gnumakefile dockerfile containerfile vagrantfile jenkinsfile procfile gemfile rakefile "
     "brewfile justfile".split()
 )
-_LOCK_NAMES = frozenset({"package-lock.json", "npm-shrinkwrap.json", "pnpm-lock.yaml",
+_LOCK_NAMES = frozenset({"package-lock.json", "npm-shrinkwrap.json", "pnpm-lock.yaml", ".pnp.cjs", ".pnp.loader.mjs",
                          # a built documentation site's generated indexes: lists of every name, not text to read
                          "searchindex.js", "genindex.html", "py-modindex.html"})
 SKIP_DIRS = frozenset(
     """.git .hg .svn node_modules .venv venv env __pycache__ .mypy_cache .pytest_cache .tox .nox dist build
     site-packages .idea .vscode target vendor third_party bower_components .next coverage htmlcov
-    _static _sources""".split()  # a Sphinx site's scripts and styles, and the copies of its pages' sources
+    _static _sources .yarn""".split()  # a Sphinx site's scripts and styles, and the copies of its pages' sources
 )
 
 _BINARY_HINT = "epi reads PDF, EPUB, HTML, Word (.docx), text, Markdown, reST and source code"
@@ -236,19 +236,40 @@ def _ignored(rules: _Rules, rel: str, is_dir: bool) -> bool:
     return False
 
 
+def _is_file(path: Path) -> bool:
+    """Path.is_file, False where it cannot be told (a folder that cannot be read raises PermissionError on 3.11)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
+def _utf8_name(path: Path) -> bool:
+    """Whether the file name can be stored: a name that is not valid UTF-8 (bytes from another system's encoding)
+    reaches Python as surrogates, which SQLite refuses."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+NOT_UTF8_NAME = "its name is not valid UTF-8 (bytes of another encoding); rename the file to ingest it"
+
+
 def _initial_rules(root: Path) -> tuple[str, _Rules]:
     """Rules inherited from the enclosing git work tree (exclude file and ancestors' .gitignore files), and
     root's path relative to the work-tree top, so a subdirectory argument is filtered the way git would."""
     top = next((d for d in (root, *root.parents) if (d / ".git").exists()), root)
     rules: _Rules = []
     exclude = top / ".git" / "info" / "exclude"
-    if exclude.is_file() and (spec := _load_ignore(exclude)):
+    if _is_file(exclude) and (spec := _load_ignore(exclude)):
         rules.append(("", spec))
     rel_root = "" if top == root else root.relative_to(top).as_posix() + "/"
     parts = root.relative_to(top).parts
     for depth in range(len(parts)):  # ancestors strictly above root; root's own file is read by the walk
         d = top.joinpath(*parts[:depth])
-        if (d / ".gitignore").is_file() and (spec := _load_ignore(d / ".gitignore")):
+        if _is_file(d / ".gitignore") and (spec := _load_ignore(d / ".gitignore")):
             rules.append(("/".join(parts[:depth]) + ("/" if depth else ""), spec))
         if _ignored(rules, "/".join(parts[: depth + 1]), True):
             # The user named a directory git would ignore (e.g. a dotfiles repo in $HOME ignoring "*"): an
@@ -263,7 +284,7 @@ def _walk(root: Path) -> Iterator[tuple[Path, str] | Skipped]:
 
 
 def _walk_dir(directory: Path, top_rel: str, display_rel: str, rules: _Rules) -> Iterator[tuple[Path, str] | Skipped]:
-    if (directory / ".gitignore").is_file() and (spec := _load_ignore(directory / ".gitignore")):
+    if _is_file(directory / ".gitignore") and (spec := _load_ignore(directory / ".gitignore")):
         rules = [*rules, (top_rel, spec)]
     try:
         with os.scandir(directory) as it:
@@ -291,6 +312,9 @@ def _walk_dir(directory: Path, top_rel: str, display_rel: str, rules: _Rules) ->
             continue
         if not is_file or not _is_candidate(name) or _ignored(rules, top_rel + name, False):
             continue
+        if not _utf8_name(path):
+            yield Skipped(path, NOT_UTF8_NAME)
+            continue
         try:
             size = entry.stat().st_size
         except OSError as exc:
@@ -308,13 +332,13 @@ def _walk_dir(directory: Path, top_rel: str, display_rel: str, rules: _Rules) ->
             yield Skipped(path, f"JSON file larger than {MAX_JSON_BYTES // 10**6} MB, probably data (pass it "
                                 "explicitly to ingest it)")
             continue
+        try:  # a file that cannot be opened is skipped whatever its format
+            with open(path, "rb") as f:
+                head = f.read(_SNIFF_BYTES)
+        except OSError as exc:
+            yield Skipped(path, f"cannot read ({exc.strerror or exc})")
+            continue
         if not package and not name.lower().endswith(PDF_EXT):  # PDFs and zips legitimately hold binary
-            try:
-                with open(path, "rb") as f:
-                    head = f.read(_SNIFF_BYTES)
-            except OSError as exc:
-                yield Skipped(path, f"cannot read ({exc.strerror or exc})")
-                continue
             if b"\x00" in head and not head.startswith((b"\xff\xfe", b"\xfe\xff")):
                 yield Skipped(path, "binary file")
                 continue
@@ -362,7 +386,7 @@ def discover(paths: Iterable[Path]) -> Iterator[tuple[Path, str] | Skipped]:
     seen: set[Path] = set()
     for arg in paths:
         arg = Path(arg)
-        problem = _unreadable_argument(arg)
+        problem = _unreadable_argument(arg) or (None if _utf8_name(arg) else NOT_UTF8_NAME)
         if problem:
             yield Skipped(arg, problem, fails_run=True)
             continue
@@ -539,7 +563,7 @@ def _read_pdf(file, shown: str, path: Path, spool: TextSpool,
         if unread:
             raise SourceError(f"{shown} has no text: OCR found none on its scanned pages ({page_ranges(unread)})",
                               path)
-        raise SourceError(f"{shown} has no extractable text and no page images; nothing to ingest", path)
+        raise NothingToRead(f"{shown} has no extractable text and no page images; nothing to ingest", path)
     notes = []
     if by_ocr:
         notes.append(f"pages {page_ranges(by_ocr)} read by OCR")
@@ -665,7 +689,8 @@ def load_document(path: Path, display_path: str | None = None, spool_dir: Path |
         with file:
             head = file.read(1024)
             resolved = path.resolve()
-            if path.suffix.lower() == PDF_EXT or b"%PDF-" in head:
+            # A PDF by its name, or by its header at the start (a text file that mentions "%PDF-1.7" is text)
+            if path.suffix.lower() == PDF_EXT or head.lstrip()[:5] == b"%PDF-":
                 file.seek(0)
                 sha, has_bytes = hashlib.sha256(), False
                 for block in iter(lambda: file.read(READ_BYTES), b""):
