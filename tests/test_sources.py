@@ -443,3 +443,14 @@ def test_html_charsets_are_read_as_browsers_read_them(tmp_path: Path) -> None:
 def test_a_pdf_with_nothing_on_its_pages_is_skipped_like_an_empty_page(tmp_path: Path) -> None:
     with pytest.raises(sources.NothingToRead):
         load_document(make_pdf(tmp_path / "blank.pdf", ["", ""]))
+
+
+def test_an_old_word_file_renamed_docx_says_so(tmp_path: Path) -> None:
+    renamed = tmp_path / "report.docx"
+    renamed.write_bytes(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\0" * 600)  # Word 97-2003's OLE header
+    with pytest.raises(SourceError, match="old Word 97-2003 file renamed .docx"):
+        load_document(renamed)
+    truncated = tmp_path / "half.docx"
+    truncated.write_bytes(b"PK\x03\x04 cut short")
+    with pytest.raises(SourceError, match="not a zip archive"):  # was "Package not found at '...'"
+        load_document(truncated)

@@ -37,8 +37,16 @@ def read_docx(path: Path, spool_dir: Path | None = None) -> BlockDocument:
     import docx
     from docx.table import Table
 
+    from docx.opc.exceptions import PackageNotFoundError
+
     try:
         document = docx.Document(str(path))
+    except PackageNotFoundError:  # python-docx's word for a file that is not a zip ("Package not found at ...")
+        with path.open("rb") as f:
+            ole = f.read(8) == b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"  # the old binary .doc format
+        raise NotReadable("it is an old Word 97-2003 file renamed .docx; save it as .docx in Word or LibreOffice"
+                          if ole else "it is not a readable Word file (not a zip archive; a damaged or partly "
+                          "copied file?)") from None
     except (zipfile.BadZipFile, KeyError) as exc:
         why = "not a zip archive" if isinstance(exc, zipfile.BadZipFile) else "a part is missing"
         raise NotReadable(f"it is not a readable Word file ({why}; a damaged or partly copied file?)") from None
