@@ -72,7 +72,11 @@ def parse_size(text: str) -> int:
     unit = match and _SIZE_UNITS.get(match.group(2).lower())
     if not match or unit is None:
         raise EpiError(f"cannot read the size {text!r}: write it like 500MB, 20GB or 1.5GiB")
-    return int(float(match.group(1)) * unit)
+    size = float(match.group(1)) * unit
+    if size >= 2**63:  # past what the store records (and any disk): '1e400' was a float infinity, a traceback
+        raise EpiError(f"the size {text.strip()[:24]}{'...' if len(text.strip()) > 24 else ''} is larger than any "
+                       "disk; write it like 500MB, 20GB or 1.5GiB")
+    return int(size)
 
 
 def unknown_event(event_id: int, store_dir: Path) -> str:

@@ -32,7 +32,7 @@ from .engine.ingest.watch import plan, watch_changes
 from .engine.kv.blocks import KINDS as KV_KINDS
 from .engine.kv.keeper import DEFAULT_KIND
 from .engine.llama.models import answer_model as chosen_answer_model
-from .engine.llama.models import plan_ingest
+from .engine.llama.models import plan_ingest, resolve_model_source
 from .engine.paths import store_path
 from .engine.prompt import check_question_length
 from .engine.retrieval.citations import printable
@@ -405,6 +405,7 @@ def warm(
     stop: Annotated[bool, typer.Option("--stop", help="Stop the background process; what it finished is kept.")] = False,
     write_map: Annotated[bool, typer.Option("--map/--no-map", help="With --background: write the map after the blocks.")] = True,
     job: Annotated[bool, typer.Option("--job", hidden=True, help="Run as the background process itself.")] = False,
+    life_fd: Annotated[Optional[int], typer.Option("--life-fd", hidden=True, help="The descriptor of the job's life lock, handed over by the process that started it.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Prepare the answer model's KV blocks for the events that have none, so that questions load them instead of
@@ -428,11 +429,12 @@ def warm(
         return
     chosen = chosen_answer_model(model)
     if job:
-        result = background_job.run_job(store_path(store), chosen, threads, write_map)
+        result = background_job.run_job(store_path(store), chosen, threads, write_map, life_fd)
         raise typer.Exit(0 if result.phase == "done" else 1)
     if background:
         with Store.open_existing(store_path(store)) as st:
             refuse_without_kv_budget(st)
+            resolve_model_source(chosen, render.warning)  # a model that is not there fails here, not in the job
             started = background_job.start_job(st.path, chosen, threads, write_map)
         render.job_started(started, as_json=as_json)
         return
@@ -651,17 +653,22 @@ def config(
 
     Example:  epi config --kv-budget 20GB     (lowering it evicts least recently used KV blocks at once)
     """
+    evicted = 0
     with Store.open_existing(store_path(store)) as st:
         if kv_budget is not None:
             with st.writer():
-                apply_kv_budget(st, parse_size(kv_budget))
-        settings = {"store": str(st.path), "kv_budget_bytes": st.kv_budget, "kv_block_kind": st.kv_block_kind,
+                evicted = apply_kv_budget(st, parse_size(kv_budget))
+        settings = {"store": str(st.path), "kv_budget_bytes": st.kv_budget, "kv_evicted_bytes": evicted,
+                    "kv_block_kind": st.kv_block_kind,
                     "kv_used_bytes": st.kv_space().used_bytes(), "embedder": st.identity.embedder,
                     "segmenter": st.identity.segmenter.get("model_name"), "segmentation": st.identity.segmentation}
         if as_json:
             print(json.dumps(settings))
         else:
             render.settings(settings)
+            if evicted:  # a bare number is bytes: "--kv-budget 20" keeps nothing, and says so
+                render.warning(f"the new budget evicted {evicted / 1e6:,.1f} MB of KV blocks (least recently used "
+                               "first); sizes without a unit are bytes")
 
 
 @app.command()

@@ -20,6 +20,7 @@ from pathlib import Path
 from .engine.errors import EpiError
 from .engine.workspace import Workspace
 from .store import Store, StoreBusyError, StoreError
+from .store.episodic_store import DB_NAME
 from .store.job_status import (BLOCKS, DONE, FAILED, MAP, STOPPED, WAITING, JobStatus, job_lock, mark_pending,
                                pending_since, read_status, write_status)
 
@@ -28,6 +29,41 @@ STATUS_EVERY_S = 1.0  # the status file is rewritten at most this often (every b
 LOCK_RETRY_S = 2.0    # a job waiting for the writer lock (an ingest runs) looks again this often
 MAX_ROUNDS = 10       # blocks then map, again until a round finds nothing new (a quiet round costs a few queries)
 NICENESS = 10         # the job's scheduling priority below the user's commands (yield_the_cpu)
+
+
+LIFE_FILE = "background-job.life"  # flocked by the job for as long as it lives (see hand_over_life below)
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: the pid alone tells whether the job lives
+    fcntl = None
+
+
+def _life_fd(store_dir: Path) -> int | None:
+    """An open descriptor holding the job's life lock, or None when another holds it (a job lives). The parent takes
+    it and hands it to the job's process (pass_fds): the lock then lives exactly as long as that process, whatever
+    ends it, and is not taken by a pid that another program got since, nor by a copy of the store."""
+    fd = os.open(Path(store_dir) / LIFE_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def job_lives(store_dir: Path, pid: int) -> bool:
+    """Whether the store's background job runs: its life lock is held (and, where there are no flocks, its pid)."""
+    if fcntl is None:  # pragma: no cover - Windows
+        return process_alive(pid)
+    try:
+        fd = _life_fd(store_dir)
+    except OSError:  # the store's folder is gone or cannot be written: no job can run in it
+        return False
+    if fd is None:
+        return True
+    os.close(fd)  # taken, so free: let it go again
+    return False
 
 
 def process_alive(pid: int) -> bool:
@@ -47,7 +83,7 @@ def process_alive(pid: int) -> bool:
 def job_status(store_dir: Path) -> JobStatus | None:
     """The job's last status; one that says it runs but whose process is gone is reported as stopped."""
     status = read_status(store_dir)
-    if status is not None and status.running and not process_alive(status.pid):
+    if status is not None and status.running and not job_lives(store_dir, status.pid):
         status.phase = STOPPED
         status.message = (f"its process ended before it finished (killed? its output is in {LOG_FILE}); `epi warm` "
                           "goes on from where it stopped")
@@ -55,17 +91,33 @@ def job_status(store_dir: Path) -> JobStatus | None:
 
 
 def start_job(store_dir: Path, model: str, threads: int | None, write_map: bool) -> JobStatus:
-    """Start the background job for `model` on the store; refused while one runs there."""
+    """Start the background job for `model` on the store; refused while one runs there (two started at once: the
+    second is refused, under the job lock)."""
+    with job_lock(store_dir):
+        return _spawn(store_dir, model, threads, write_map)
+
+
+def _spawn(store_dir: Path, model: str, threads: int | None, write_map: bool) -> JobStatus:
+    """start_job's work, under the job lock its caller holds."""
     current = job_status(store_dir)
     if current is not None and current.running:
-        raise EpiError(f"{current.model}'s blocks are already being prepared in the background (pid {current.pid}); "
-                       "`epi warm --status` shows how far, `epi warm --stop` stops it")
+        raise EpiError(f"{current.model}'s blocks are already being prepared in the background (pid "
+                       f"{current.pid}); `epi warm --status` shows how far, `epi warm --stop` stops it")
+    life = _life_fd(store_dir) if fcntl is not None else None
+    if fcntl is not None and life is None:  # a job whose status file was lost or copied over
+        raise EpiError("a background job is already running on this store; `epi warm --stop` stops it")
     command = [sys.executable, "-m", "episodic_cli", "warm", "--job", "--store", str(store_dir), "--model", model]
     command += ["--threads", str(threads)] if threads else []
     command += [] if write_map else ["--no-map"]
-    with open(Path(store_dir) / LOG_FILE, "ab") as log:
-        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)  # not stopped by the terminal's Ctrl-C or hang-up
+    command += [] if life is None else ["--life-fd", str(life)]
+    try:
+        with open(Path(store_dir) / LOG_FILE, "ab") as log:
+            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                       start_new_session=True,  # not stopped by the terminal's Ctrl-C or hang-up
+                                       pass_fds=() if life is None else (life,))  # the job holds its life lock
+    finally:
+        if life is not None:
+            os.close(life)  # the job's copy of the descriptor keeps the lock
     status = JobStatus(pid=process.pid, model=model)
     write_status(store_dir, status)  # shown at once; the job rewrites it as it goes
     return status
@@ -85,12 +137,12 @@ def start_or_join(store_dir: Path, model: str, threads: int | None, write_map: b
                 return current, BUSY
             mark_pending(store_dir)
             return current, JOINED
-        return start_job(store_dir, model, threads, write_map), STARTED
+        return _spawn(store_dir, model, threads, write_map), STARTED
 
 
 def stop_job(store_dir: Path, wait_s: float = 30.0) -> JobStatus | None:
     """Ask the running job to stop (SIGTERM: it finishes the block it is writing) and wait for it to end."""
-    status = job_status(store_dir)
+    status = job_status(store_dir)  # running only while its life lock is held: the pid is the job's, no other's
     if status is None or not status.running:
         return status
     try:
@@ -98,7 +150,7 @@ def stop_job(store_dir: Path, wait_s: float = 30.0) -> JobStatus | None:
     except ProcessLookupError:
         return job_status(store_dir)
     deadline = time.monotonic() + wait_s
-    while process_alive(status.pid) and time.monotonic() < deadline:
+    while job_lives(store_dir, status.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     return job_status(store_dir)
 
@@ -130,21 +182,31 @@ def _map_when_free(ws: Workspace, st: Store, status: JobStatus, progress, report
             status.phase = MAP
 
 
-def run_job(store_dir: Path, model: str, threads: int | None, write_map: bool) -> JobStatus:
+def run_job(store_dir: Path, model: str, threads: int | None, write_map: bool,
+            life_fd: int | None = None) -> JobStatus:
     """The job itself (in the detached process): the blocks every event lacks, then the map, its status kept in the
-    store as it goes."""
+    store as it goes. `life_fd`: the life lock start_job took and handed over (kept open until the process ends);
+    a job started by hand takes it itself, and does not run beside another."""
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM stops it as Ctrl-C does, between blocks
     yield_the_cpu()
     status = JobStatus(pid=os.getpid(), model=model)
+    if life_fd is None and fcntl is not None and _life_fd(store_dir) is None:  # the descriptor stays open: held
+        status.phase, status.message = FAILED, "another background job runs on this store"
+        return status
     last_write = 0.0
 
     def report(force: bool = False) -> None:
         nonlocal last_write
         if force or time.monotonic() - last_write >= STATUS_EVERY_S:
-            write_status(store_dir, status)
+            try:
+                write_status(store_dir, status)
+            except OSError:  # the store's folder is gone (removed under the job): nothing to tell
+                pass
             last_write = time.monotonic()
 
     def phase(name: str) -> None:
+        if not (Path(store_dir) / DB_NAME).is_file():  # removed while the job ran: stop, write nothing more
+            raise EpiError("its store was removed while it ran")
         status.phase, status.phase_started, status.tokens_done, status.tokens_total = name, time.time(), 0, 0
         report(force=True)
 
@@ -183,6 +245,9 @@ def run_job(store_dir: Path, model: str, threads: int | None, write_map: bool) -
         status.phase, status.message = STOPPED, "stopped on request; `epi warm` goes on from where it stopped"
     except (EpiError, StoreError, OSError) as exc:
         status.phase, status.message = FAILED, str(exc)
+    except Exception as exc:  # a defect: failed, not "killed?", with the traceback in the job's log
+        status.phase, status.message = FAILED, f"{type(exc).__name__}: {exc} (see {LOG_FILE})"
+        raise
     finally:
         ws.close()
         report(force=True)

@@ -141,3 +141,55 @@ def test_a_background_warm_an_ingest_and_questions_together_stay_within_the_kv_b
         sampler.join()
     assert final["phase"] == "done" and final["message"] == "the KV budget is full", final
     assert len(samples) > 50 and max(samples) <= budget, (max(samples), budget)
+
+
+def test_a_status_naming_another_programs_pid_is_not_a_running_job(tmp_path):
+    """The job's pid alone said it ran: after a reboot, a crash or a copy of the store, another program with that
+    pid was shown as the job, with an ETA, and `epi warm --stop` sent it SIGTERM. The job's life lock decides now."""
+    import subprocess
+    import sys
+
+    from episodic_cli.background import job_status, stop_job
+    from episodic_cli.store.job_status import JobStatus, write_status
+
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        write_status(tmp_path, JobStatus(pid=other.pid, model="qwen-1.5b", phase="preparing blocks",
+                                         tokens_done=100, tokens_total=2651))
+        assert not job_status(tmp_path).running
+        stop_job(tmp_path, wait_s=1)
+        assert other.poll() is None, "stop_job signalled a process that is not the job"
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_store_removed_under_a_job_is_not_made_again(tmp_path):
+    """The KV space made its folder with its parents, so a job whose store was removed made it again and wrote its
+    blocks and status into it."""
+    import pytest
+
+    from episodic_cli.store.kv_tier import BlockType, KVSpace, TierConfig, block_key
+
+    config = TierConfig(model_name="M", model_sha256="ab" * 32, llama_cpp_version="0.3.36", type_k="f16",
+                        type_v="f16", flash_attn=False, n_layer=2, n_head_kv=1, head_dim=32, block_kind="q8_0")
+    store = tmp_path / "store"
+    (store / "kv").mkdir(parents=True)
+    tier = KVSpace(store / "kv", 10**6).tier(config)
+    tier.offer(block_key("f" * 64, 1, 2), BlockType.Q8_0, 1, b"\0" * 100, None, on_use=False)
+    import shutil
+
+    shutil.rmtree(store)
+    with pytest.raises(OSError):
+        KVSpace(store / "kv", 10**6).tier(config).offer(block_key("f" * 64, 3, 4), BlockType.Q8_0, 1, b"\0" * 100,
+                                                         None, on_use=False)
+    assert not store.exists()
+
+
+def test_budget_sizes_past_any_disk_are_one_line_and_evictions_are_said(shared_store, tmp_path, monkeypatch):
+    store_dir = copy_of(shared_store, tmp_path, monkeypatch)
+    huge = epi("config", "--store", str(store_dir), "--kv-budget", "1" + "0" * 400)
+    assert huge.exit_code == 1 and huge.stderr.startswith("error: the size 1000") and "Traceback" not in huge.output
+    assert epi("config", "--store", str(store_dir), "--kv-budget", "99999999999TB").exit_code == 1
+    tiny = epi("config", "--store", str(store_dir), "--kv-budget", "20")  # bytes: every block goes
+    assert tiny.exit_code == 0 and "evicted" in tiny.stderr and "without a unit are bytes" in tiny.stderr

@@ -195,9 +195,9 @@ def capped(limit: int, asked: int | None) -> int:
     return limit if asked is None else min(limit, asked)
 
 
-def apply_kv_budget(store: Store, n_bytes: int) -> None:
-    """Record a new KV budget and evict down to it at once (least recently used blocks first)."""
-    store.change_kv_budget(n_bytes)
+def apply_kv_budget(store: Store, n_bytes: int) -> int:
+    """Record a new KV budget and evict down to it at once (least recently used blocks first); bytes evicted."""
+    return store.change_kv_budget(n_bytes)
 
 
 @dataclass

@@ -236,7 +236,8 @@ class KVSpace:
             with self._lock:
                 yield
             return
-        self.kv_dir.mkdir(parents=True, exist_ok=True)
+        # Not its parents: a store folder removed under a running job is not made again, blocks and all
+        self.kv_dir.mkdir(exist_ok=True)
         with self._lock:  # waits while another process writes or removes blocks
             stamp = self._read_stamp()
             if self._used is None or stamp != self._stamp_seen:
