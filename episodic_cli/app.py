@@ -119,6 +119,9 @@ def handle_errors(fn: Callable) -> Callable:
         except KeyboardInterrupt:
             render.error("interrupted; everything committed before the interruption is kept")
             raise typer.Exit(130)
+        except BrokenPipeError:  # `epi ls --json | head`: the reader left, which is no failure (Click said 1)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # what is left to flush goes nowhere
+            raise typer.Exit(0)
         except OSError as exc:
             render.error(f"{exc.strerror or exc} ({exc.filename})" if exc.filename else str(exc))
             raise typer.Exit(1)

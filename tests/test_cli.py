@@ -355,3 +355,13 @@ def test_a_second_writer_is_refused_at_once_before_the_model_loads(tmp_path, mon
         monkeypatch.setattr(workspace.Workspace, "model", property(lambda self: pytest.fail("model loaded")))
         result = invoke("ingest", doc, "--store", store)
     assert_one_line_error(result, "another epi process", "is writing store")
+
+
+def test_a_reader_that_leaves_early_is_not_a_failure(shared_store):
+    """`epi ls --json | head`: Click turned the broken pipe into exit 1, and epi's own handler into an error line."""
+    env = {**os.environ, "EPI_HOME": str(shared_store.home)}
+    proc = subprocess.Popen([sys.executable, "-m", "episodic_cli", "ls", "--store", str(shared_store.store_dir),
+                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc.stdout.close()  # the reader is gone before epi writes
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0 and not err.strip(), err
