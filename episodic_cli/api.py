@@ -550,6 +550,23 @@ class Archive:
         if not isinstance(question, str):
             raise EpiError(f"the question must be a string, not {type(question).__name__}")
         check_question_length(question)
+        options = self.check_options(k=k, doc=doc, read=read, mode=mode, neighbours=neighbours, narrow=narrow,
+                                     short=short, layered=layered, pool=pool, epman=epman, cold_seconds=cold_seconds,
+                                     answer_tokens=answer_tokens)
+        globs = list(options.docs) if options.docs else None
+        st = self._ready()
+        self.workspace.layered_pool = pool or 0
+        turns = _history(history)
+        search = self.workspace.condense(turns, question) if turns else None
+        return self.workspace.ask(st, question, options, history=turns, search=search, should_stop=should_stop)
+
+    def check_options(self, *, k: int = DEFAULT_K, doc: str | list[str] | None = None,
+                      read: str | QuestionKind | None = "auto", mode: str | None = None, neighbours: int = 1,
+                      narrow: bool | None = None, short: bool = True, layered: bool = False, pool: int | None = None,
+                      epman: bool = False, cold_seconds: float | None = COLD_PREFILL_SECONDS,
+                      answer_tokens: int | None = None) -> AskOptions:
+        """begin()'s options as the engine's record, checked against each other and the store (its mode when none
+        is named, the --doc globs) without loading a model: `epi ask` refuses a combination before the model loads."""
         globs = [doc] if isinstance(doc, str) else list(doc) if doc else None
         options = AskOptions(k=k, mode=mode, neighbours=neighbours, docs=globs, narrow=narrow, short=short,
                              layered=layered, epman=epman, cold_seconds=cold_seconds, kind=read_kind(read),
@@ -557,10 +574,8 @@ class Archive:
         check_pool(pool, layered)
         st = self._ready()
         check_doc_globs(st, globs)
-        self.workspace.layered_pool = pool or 0
-        turns = _history(history)
-        search = self.workspace.condense(turns, question) if turns else None
-        return self.workspace.ask(st, question, options, history=turns, search=search, should_stop=should_stop)
+        self.workspace.resolve(st, options)  # the kv-only options against the store's own mode
+        return options
 
     def ask_stream(self, question: str, on_begin: Callable[[EngineResult], None] | None = None,
                    **options) -> Iterator[str | Answer]:

@@ -301,7 +301,10 @@ def ask(
     check_pool(pool, layered)
     archive = Archive(store, model, threads, warn=render.warning, on_prepare=render.prepare_progress(quiet=as_json))
     try:
-        check_doc_globs(archive.store, doc)  # a typo fails before the model loads
+        # a typo in --doc, or options that cannot run together on this store, fail before the model loads
+        archive.check_options(k=k, mode=mode, neighbours=neighbours, epman=epman, doc=doc,
+                              narrow=None if whole is None else not whole, layered=layered, pool=pool, short=short,
+                              cold_seconds=cold_seconds, read=read.value)
         history = continued.last_turns(archive.store_dir) if continue_ else None
         if continue_ and not history:
             raise EpiError("--continue follows up the last `epi ask` on this store, and there is none yet; ask "
@@ -315,7 +318,7 @@ def ask(
         if not as_json:
             render.scope(result.scope)
             render.reading(result)
-            render.left_cold(result)
+            render.left_cold(result, keeps_blocks=archive.store.kv_budget > 0)
         if as_json:
             for _ in stream:
                 pass

@@ -189,7 +189,7 @@ def job_line(status) -> str:
     return line + (f"; {status.message}" if status.message else "")
 
 
-def left_cold(result) -> None:
+def left_cold(result, keeps_blocks: bool = True) -> None:
     """Say which retrieved events the answer read only in part, or left out, because their blocks are not prepared
     yet."""
     if not result.left_cold and not result.cold_passages:
@@ -202,8 +202,12 @@ def left_cold(result) -> None:
         parts.append(f"{short} as the passages that match the question")
     if result.left_cold:
         parts.append(f"left out {len(result.left_cold)}")
-    warning(f"{', '.join(parts)}: their KV blocks for this model are not prepared yet ({tokens:,} tokens to read "
-            "from text first); `epi warm` prepares them, `--cold-seconds 0` reads them whole now")
+    if keeps_blocks:
+        warning(f"{', '.join(parts)}: their KV blocks for this model are not prepared yet ({tokens:,} tokens to read "
+                "from text first); `epi warm` prepares them, `--cold-seconds 0` reads them whole now")
+    else:  # a KV budget of 0: `epi warm` would refuse
+        warning(f"{', '.join(parts)}: this store keeps no KV blocks ({tokens:,} tokens to read from text first); "
+                "`--cold-seconds 0` reads them whole now, `epi config --kv-budget SIZE` lets blocks be kept")
 
 
 def compaction(blocks: int, block_bytes: int, db_before: int, db_after: int) -> None:

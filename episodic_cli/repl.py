@@ -166,7 +166,7 @@ def _loop(ws: Workspace, store: Store, options: AskOptions, ahead: ChatPrefetch 
             result, stream = ws.ask(store, line, options, history=recent, search=query)
             render.scope(result.scope)
             render.reading(result)
-            render.left_cold(result)
+            render.left_cold(result, keeps_blocks=store.kv_budget > 0)
             # The model sees the user's own words as the question; retrieval used the rewrite (if any).
             shown: list[str] = []  # what the user saw of the answer, kept in the conversation if it is stopped
             try:

@@ -365,3 +365,23 @@ def test_a_reader_that_leaves_early_is_not_a_failure(shared_store):
     proc.stdout.close()  # the reader is gone before epi writes
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 0 and not err.strip(), err
+
+
+@pytest.mark.parametrize("options, said", [
+    (["--epman", "--mode", "text"], "--epman weights KV blocks"),
+    (["--layered", "--narrow"], "--layered reads its pool's blocks whole"),
+    (["--layered", "--read", "whole"], "works on a lookup's retrieved blocks"),
+])
+def test_options_that_cannot_run_together_are_refused_before_the_model_loads(shared_store, options, said):
+    """They were checked only once the model had loaded: with a model file that is not there, the model's error
+    came first."""
+    result = runner.invoke(app, ["ask", "who kept the key?", "--store", str(shared_store.store_dir),
+                                 "--model", "/nonexistent/model.gguf", *options])
+    assert result.exit_code == 1 and said in result.stderr and "model file" not in result.stderr, result.stderr
+
+
+def test_read_whole_on_a_question_naming_no_part_says_it_answered_a_lookup(shared_store):
+    result = runner.invoke(app, ["ask", "who kept the brass key?", "--store", str(shared_store.store_dir),
+                                 "--read", "whole", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["kind"] == "lookup" and "--read whole reads the part" in result.stderr

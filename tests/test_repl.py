@@ -67,6 +67,8 @@ def test_commands_complete_only_as_the_first_word():
 class _Chat:
     """A workspace and store that answer from a script (failure injection: Ctrl-C at set places of a turn)."""
 
+    kv_budget = 10**9
+
     def __init__(self, tmp_path):
         self.path = tmp_path / "store"
         self.asked: list[tuple[str, list[dict[str, str]]]] = []

@@ -197,7 +197,26 @@ def test_a_chapter_the_book_lacks_is_said_and_everything_searched(scoped_store):
     ws, root = scoped_store
     with Store.open_existing(root / "store") as st:
         scope = ws.scope(st, "What did Mara give Tobias in chapter 9?")
-    assert scope.allowed is None and scope.notes == ["no ch. 9 found in the archive; searching everything"]
+        assert scope.allowed is None and scope.notes == ["no ch. 9 found in the archive; searching everything"]
+        # a file the archive lacks is said too (it was dropped without a word, and the answer made up)
+        scope = ws.scope(st, "What does retry.py do?")
+        assert scope.allowed is None and scope.notes == ["no retry.py found in the archive; searching everything"]
+        # "searching everything" only where nothing else restricts: --doc, or another place the question names
+        scope = ws.scope(st, "What did Mara give Tobias in chapter 9?", ["util.py"])
+        assert scope.allowed and scope.notes == ["no ch. 9 found in the documents --doc names"]
+        scope = ws.scope(st, "What did Mara give Tobias in chapter 2 on page 40?")
+        assert scope.allowed and scope.notes == ["no page 40 found in the archive"]
+
+
+@pytest.mark.parametrize("question, chapters", [
+    ("Which chapter I should read to learn about the storm?", []),  # the pronoun, not chapter 1
+    ("What does the book I ingested say about Mara?", []),
+    ("Summarise chapter I", ["1"]),
+    ("What happens in Chapter I of the book?", ["1"]),
+    ("Compare chapter I and chapter II", ["1", "2"]),
+])
+def test_the_pronoun_i_is_no_chapter(question, chapters):
+    assert parse(question).chapters == chapters and not parse(question).parts
 
 
 def test_a_named_symbol_ranks_its_definition_first(scoped_store):

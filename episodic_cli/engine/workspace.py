@@ -521,6 +521,9 @@ class Workspace:
             found = found or self._ask_whole(store, question, search, scope, options, history, started, should_stop)
             if found is not None:
                 return found
+            if options.kind is QuestionKind.WHOLE:  # asked for (--read whole), not chosen: say why it is not done
+                self.warn("--read whole reads the part a question names, and this one names no chapter, section, "
+                          "page, file or symbol found in the archive; answered from the best passages instead")
         elif kind is QuestionKind.OVERVIEW:
             found = self._ask_overview(store, question, search, scope, options, history, started, should_stop)
             if found is not None:

@@ -31,13 +31,17 @@ from ..documents.structure import (CODE_KINDS, NUMBER_ALT, ORDINAL_WORDS, all_pa
 from .citations import printable
 
 _ORDINALS = "|".join(ORDINAL_WORDS[1:]) + r"|\d{1,3}(?:st|nd|rd|th)"
+# The roman numeral I followed by a lower-case word is the pronoun ("which chapter I should read", "the book I
+# ingested"), unless the word is one that follows a place ("chapter I of the book", "in chapter I and II").
+_AFTER_A_PLACE = "of|in|and|or|to|about|from|for|with|at|on|where|when|that|the"
+_NOT_PRONOUN_I = rf"(?!(?<=\bI)(?-i:\s+(?!(?:{_AFTER_A_PLACE})\b)[a-z]))"
 # "the chapters one by one" names no chapter one.
-_CHAPTER_RE = re.compile(rf"\b(?:chapters?|chap\.|ch\.)\s*(?P<num>{NUMBER_ALT})\b(?!\s+by\s+one\b)"
+_CHAPTER_RE = re.compile(rf"\b(?:chapters?|chap\.|ch\.)\s*(?P<num>{NUMBER_ALT})\b{_NOT_PRONOUN_I}(?!\s+by\s+one\b)"
                          rf"|\b(?:the\s+)?(?P<ord>{_ORDINALS})\s+chapter\b", re.I)
 # "the last chapter": the highest-numbered chapter of each document in scope (LAST_CHAPTER as its value)
 _LAST_CHAPTER_RE = re.compile(r"\b(?:the\s+)?(?:last|final|closing)\s+chapter\b", re.I)
 LAST_CHAPTER = "last"
-_PART_RE = re.compile(rf"\b(?:part|book)\s+(?P<num>{NUMBER_ALT})\b", re.I)
+_PART_RE = re.compile(rf"\b(?:part|book)\s+(?P<num>{NUMBER_ALT})\b{_NOT_PRONOUN_I}", re.I)
 _APPENDIX_RE = re.compile(rf"\bappendix\s+(?P<num>{NUMBER_ALT}|[A-Z])\b", re.I)
 _SECTION_RE = re.compile(r"(?:\b(?:sections?|sect\.|sec\.)\s*|§\s*)(?P<num>\d{1,3}(?:\.\d{1,3})*)\b"
                          rf"|\bsections?\s+(?P<word>{'|'.join(w for w in NUMBER_ALT.split('|')[2:])})\b"
@@ -237,18 +241,23 @@ def resolve(store: Store, scope: Scope, doc_globs: list[str] | None = None) -> R
         docs = documents_matching(store, doc_globs)
         if not docs:
             raise EpiError(f"--doc {' '.join(doc_globs)} matches no document in the store; `epi ls` lists them")
+    where = "the archive" if docs is None else "the documents --doc names"
+    missing: list[str] = []  # places the question names that are not there: one note, after the search is known
     if scope.files:
         named = documents_matching(store, scope.files)
         if docs is not None:
             named = {i: p for i, p in named.items() if i in docs}
         if named:
             docs = named
+        else:  # the answer would otherwise be made up about a file it never read, without a word
+            missing.append(" or ".join(scope.files))
     if docs is not None:  # the documents a named file or `--doc` left, then any chapter, section or page in them
         shown = sorted(set(docs.values()))
         out.described = ", ".join(shown[:3]) + (f" and {len(shown) - 3} more" if len(shown) > 3 else "")
     if not (scope.structural or scope.symbols or scope.titles):
         if docs is not None:
             out.allowed = {row[0] for row in store.event_places(list(docs))}
+        _note_missing(out, missing, where)
         return out
     places = store.event_places(None if docs is None else list(docs))
     allowed = {row[0] for row in places} if docs is not None else None
@@ -271,7 +280,7 @@ def resolve(store: Store, scope: Scope, doc_globs: list[str] | None = None) -> R
                     labels.append(f"the last chapter ({shown})")
                     out.places.append((_chapter_node, shown.removeprefix("ch. ")))
                 else:
-                    out.notes.append("no numbered chapters found in the archive; searching everything")
+                    missing.append("numbered chapters")
                 continue
             ids = _matching(places, lambda paths, v=value, t=test: any(t(n, v) for p in paths for n in p))
             matched = test
@@ -284,7 +293,7 @@ def resolve(store: Store, scope: Scope, doc_globs: list[str] | None = None) -> R
                 labels.append(label.format(value))
                 out.places.append((matched, value))
             else:
-                out.notes.append(f"no {label.format(value)} found in the archive; searching everything")
+                missing.append(label.format(value))
         if found:
             kinds.append(found)
     titled: set[int] = set()
@@ -311,7 +320,7 @@ def resolve(store: Store, scope: Scope, doc_globs: list[str] | None = None) -> R
             pages |= ids
             labels.append(f"p. {a}" if a == b else f"pp. {a}-{b}")
         else:
-            out.notes.append(f"no page {a if a == b else f'{a}-{b}'} in the archive; searching everything")
+            missing.append(f"page {a if a == b else f'{a}-{b}'}")
     if pages:
         kinds.append(pages)
     if kinds:
@@ -320,10 +329,19 @@ def resolve(store: Store, scope: Scope, doc_globs: list[str] | None = None) -> R
         out.query = scope.rest if re.search(r"\w", scope.rest) else None
         out.described = ", ".join(x for x in (out.described, *labels) if x)
     out.allowed = allowed
+    _note_missing(out, missing, where)
     if scope.symbols:
         boosted = _matching(places, lambda paths: any(_has_symbol(p, s) for p in paths for s in scope.symbols))
         out.boosted = boosted or None
     return out
+
+
+def _note_missing(out: Restriction, missing: list[str], where: str) -> None:
+    """One note naming what the question names and the archive lacks; "searching everything" only when nothing else
+    the question or --doc named restricts the search (it said so while searching ch. 2 only)."""
+    if missing:
+        out.notes.append(f"no {', '.join(missing)} found in {where}" +
+                         ("; searching everything" if out.allowed is None else ""))
 
 
 def _matching(places: list[tuple], test) -> set[int]:
