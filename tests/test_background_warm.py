@@ -193,3 +193,10 @@ def test_budget_sizes_past_any_disk_are_one_line_and_evictions_are_said(shared_s
     assert epi("config", "--store", str(store_dir), "--kv-budget", "99999999999TB").exit_code == 1
     tiny = epi("config", "--store", str(store_dir), "--kv-budget", "20")  # bytes: every block goes
     assert tiny.exit_code == 0 and "evicted" in tiny.stderr and "without a unit are bytes" in tiny.stderr
+
+
+def test_a_model_that_is_not_there_is_refused_before_the_job_starts(shared_store, tmp_path, monkeypatch):
+    store_dir = copy_of(shared_store, tmp_path, monkeypatch)
+    started = epi("warm", "--background", "--store", str(store_dir), "--model", str(tmp_path / "missing.gguf"))
+    assert started.exit_code == 1 and "model file not found" in started.stderr  # exited 0, then failed in the job
+    assert status(store_dir) is None
