@@ -53,9 +53,13 @@ def _life_fd(store_dir: Path) -> int | None:
 
 
 def job_lives(store_dir: Path, pid: int) -> bool:
-    """Whether the store's background job runs: its life lock is held (and, where there are no flocks, its pid)."""
+    """Whether the store's background job runs: its pid is alive and its life lock is held (where there are no
+    flocks, the pid alone). Both: the lock tells the job from a program that got its pid since, and the pid is
+    dead a moment before the kernel has released a killed job's lock."""
+    if not process_alive(pid):
+        return False
     if fcntl is None:  # pragma: no cover - Windows
-        return process_alive(pid)
+        return True
     try:
         fd = _life_fd(store_dir)
     except OSError:  # the store's folder is gone or cannot be written: no job can run in it
