@@ -553,8 +553,7 @@ class Archive:
         options = self.check_options(k=k, doc=doc, read=read, mode=mode, neighbours=neighbours, narrow=narrow,
                                      short=short, layered=layered, pool=pool, epman=epman, cold_seconds=cold_seconds,
                                      answer_tokens=answer_tokens)
-        globs = list(options.docs) if options.docs else None
-        st = self._ready()
+        st = self.store  # made ready, and refreshed, by check_options just now
         self.workspace.layered_pool = pool or 0
         turns = _history(history)
         search = self.workspace.condense(turns, question) if turns else None
