@@ -425,7 +425,7 @@ MAX_SEARCH_K = 1000         # hits a search returns at most (an answer reads 5 b
 MAX_NEIGHBOURS = 50         # events either side of a hit or an event read
 
 
-def _count(value, name: str, low: int, high: int) -> int:
+def whole_number(value, name: str, low: int, high: int) -> int:
     """`value` as a whole number from `low` to `high`, or an EpiError that says so (a digit string counts)."""
     if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
         value = int(value.strip())
@@ -630,8 +630,8 @@ class Archive:
         if not isinstance(query, str) or not query.strip():
             raise EpiError("the search is empty")
         check_question_length(query)
-        k = _count(k, "k", 1, MAX_SEARCH_K)
-        neighbours = _count(neighbours, "neighbours", 0, MAX_NEIGHBOURS)
+        k = whole_number(k, "k", 1, MAX_SEARCH_K)
+        neighbours = whole_number(neighbours, "neighbours", 0, MAX_NEIGHBOURS)
         globs = [doc] if isinstance(doc, str) else list(doc) if doc else None
         st = self._ready()
         check_doc_globs(st, globs)
@@ -646,8 +646,8 @@ class Archive:
 
     def read_event(self, event_id: int, neighbours: int = 0) -> list[Event]:
         """One event (as `epi show`), with up to `neighbours` events before and after it, in document order."""
-        neighbours = _count(neighbours, "neighbours", 0, MAX_NEIGHBOURS)
-        event_id = _count(event_id, "the event id", 1, MAX_ID)
+        neighbours = whole_number(neighbours, "neighbours", 0, MAX_NEIGHBOURS)
+        event_id = whole_number(event_id, "the event id", 1, MAX_ID)
         st = self._ready()
         events = st.get_events([event_id])
         if not events:
@@ -679,7 +679,7 @@ class Archive:
         """The one document `name` (a display path, file name or glob, as --doc; or its id) names."""
         if isinstance(name, int):
             try:
-                return st.get_document(_count(name, "the document id", 1, MAX_ID))
+                return st.get_document(whole_number(name, "the document id", 1, MAX_ID))
             except (KeyError, EpiError):
                 raise NotFound(f"no document {name} in store {st.path}; `epi ls` lists them") from None
         matched = documents_matching(st, [name])

@@ -34,7 +34,7 @@ from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 from mcp.types import CallToolResult, Resource, TextContent, ToolAnnotations
 
 from . import __version__
-from .api import Answer, Archive, Document, Event, Hit, Summary
+from .api import Answer, Archive, Document, Event, Hit, Summary, whole_number
 from .engine.errors import EpiError, NotFound
 from .store import StoreError
 
@@ -332,12 +332,6 @@ def failed(message: str) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
 
 
-def _within(value: int, name: str, low: int, high: int) -> None:
-    """A tool's number outside what it takes is the caller's error, said as one (not quietly moved into range)."""
-    if not low <= value <= high:
-        raise EpiError(f"{name} must be from {low} to {high}, not {value}")
-
-
 def tool_call(fn):
     """A tool body whose failures come back as tool errors: a user's (EpiError, StoreError) with the one line the
     CLI prints for it, anything else with its type and message (and its traceback in the server's log)."""
@@ -374,7 +368,7 @@ def build_server(engine: Engine, name: str = "epi") -> EpiServer:
         best first. Each comes with its citation (document, chapter or symbol, pages or lines), an excerpt and its
         event id, which `read_event` reads whole. `k`: how many (1-50); `doc`: only documents matching this glob
         (a file name such as `book.pdf`, or `src/*.py`)."""
-        _within(k, "k", 1, MAX_K)
+        whole_number(k, "k", 1, MAX_K)  # out of range: the caller's error, not moved into it
         hits = await engine.call(ctx, "search", lambda a: a.search(query, k, doc or None))
         return _result(hits_text(hits), {"hits": [h.as_json() for h in hits]})
 
@@ -391,7 +385,7 @@ def build_server(engine: Engine, name: str = "epi") -> EpiServer:
         `doc`: only documents matching this glob. `k`: passages found by similarity (1-50). `answer_tokens`: the
         most tokens the answer may take, for a shorter answer sooner (default and most: 256, 384 reading a whole
         part or the map, up to 1,024 for a question about each part in turn)."""
-        _within(k, "k", 1, MAX_K)
+        whole_number(k, "k", 1, MAX_K)  # out of range: the caller's error, not moved into it
         answer = await engine.ask(ctx, question, doc=doc or None, read=read, k=k, answer_tokens=answer_tokens)
         log.info("answered in %.2f s (first token %.2f s)", answer.timings.total_s, answer.timings.first_token_s)
         return _result(answer_text(answer), answer.as_json())
@@ -401,7 +395,7 @@ def build_server(engine: Engine, name: str = "epi") -> EpiServer:
     async def read_event(id: int, neighbours: int = 0, ctx: Context = None) -> CallToolResult:
         """Read one event (a passage of a document, as `search` and `ask` name them by id) whole, with up to
         `neighbours` events before and after it (0-5), in document order."""
-        _within(neighbours, "neighbours", 0, MAX_NEIGHBOURS)
+        whole_number(neighbours, "neighbours", 0, MAX_NEIGHBOURS)
         events = await engine.call(ctx, "read_event", lambda a: a.read_event(id, neighbours))
         return _result(events_text(events), {"events": [e.as_json() for e in events]})
 

@@ -19,6 +19,7 @@ from prompt_toolkit.history import FileHistory, History, InMemoryHistory
 from rich.markup import escape
 
 from . import render
+from .api import whole_number
 from .engine.ask_options import AskOptions
 from .engine.paths import data_dir
 from .engine.prompt import check_question_length
@@ -85,12 +86,6 @@ def line_reader() -> Callable[[], str]:
     return lambda: session.prompt(prompt)
 
 
-def _whole_number(text: str) -> int | None:
-    """`text` as a whole number written in ASCII digits, else None ("²".isdigit() holds, but int() refuses it)."""
-    text = text.strip()
-    return int(text) if text.isascii() and text.isdigit() else None
-
-
 def run_repl(ws: Workspace, store: Store, options: AskOptions, prefetch: bool = False) -> None:
     """The chat: each question answered with `options` (`/k` and `/doc` change them for the questions after).
     `prefetch`: while the user reads and types, a helper prepares the blocks a follow-up would likely read
@@ -132,11 +127,10 @@ def _loop(ws: Workspace, store: Store, options: AskOptions, ahead: ChatPrefetch 
             elif cmd == "/sources":
                 render.sources(last_sources, grouped=last_grouped)
             elif cmd == "/k":
-                k = _whole_number(arg)
-                if k is not None and 1 <= k <= 50:
-                    options = replace(options, k=k)
+                try:
+                    options = replace(options, k=whole_number(arg, "k", 1, 50))  # "²" too is refused ("²".isdigit())
                     render.out.print(f"[dim]k = {options.k}[/]")
-                else:
+                except EpiError:
                     render.error("usage: /k N, with N from 1 to 50")
             elif cmd == "/doc":
                 try:
