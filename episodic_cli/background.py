@@ -31,7 +31,7 @@ MAX_ROUNDS = 10       # blocks then map, again until a round finds nothing new (
 NICENESS = 10         # the job's scheduling priority below the user's commands (yield_the_cpu)
 
 
-LIFE_FILE = "background-job.life"  # flocked by the job for as long as it lives (see hand_over_life below)
+LIFE_FILE = "background-job.life"  # flocked by the job for as long as it lives (see _life_fd below)
 
 try:
     import fcntl
@@ -146,7 +146,7 @@ def start_or_join(store_dir: Path, model: str, threads: int | None, write_map: b
 
 def stop_job(store_dir: Path, wait_s: float = 30.0) -> JobStatus | None:
     """Ask the running job to stop (SIGTERM: it finishes the block it is writing) and wait for it to end."""
-    status = job_status(store_dir)  # running only while its life lock is held: the pid is the job's, no other's
+    status = job_status(store_dir)  # running only while its life lock is held too: the pid is the job's
     if status is None or not status.running:
         return status
     try:
