@@ -574,9 +574,10 @@ def rm(
 ) -> None:
     """Remove documents with their events and index entries from the store (the files themselves are untouched)."""
     with Store.open_existing(store_path(store)) as st, st.writer():
-        stored = {d.path for d in st.documents()}
+        documents = st.documents()
+        stored = {d.path for d in documents}
         by_display: dict[str, set[str]] = {}  # two files ingested from different folders may show the same name
-        for d in st.documents():
+        for d in documents:
             for shown in {d.display_path, printable(d.display_path)}:  # a name as `ls` escapes it, too
                 by_display.setdefault(shown, set()).add(d.path)
         missing = []
