@@ -19,7 +19,6 @@ chapters, sections and files are better clusters than embeddings for books, manu
 from __future__ import annotations
 
 import os
-import posixpath
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
