@@ -51,6 +51,7 @@ from .answer.map_writer import MapProgress, MapWriter
 from .answer.claim_check import CHECKING_PARAMS, MAX_CHECKED, STATED_AT, ClaimChecker
 from .answer.condense import Condenser, search_for
 from .prompt import asks_how, each_section_request, notes_answer_request, overview_request, whole_scope_request
+from .retrieval.named_whole import NamedWhole, named_whole
 from .retrieval.question_kind import QuestionKind, asks_each_part, classify
 from .retrieval.summary_sources import overview as overview_summaries
 from .retrieval.summary_sources import summary_sources
@@ -510,9 +511,17 @@ class Workspace:
         parsed = parse_scope(search)
         scope = resolve_scope(store, parsed, options.docs)
         kind = options.kind
+        # "what does epi do?": a document or folder asked about as a whole by its name (a place it names, "what is
+        # chapter 3 about?", goes by the place)
+        named = None
+        if kind is None and not (options.layered or options.epman or parsed.structural or scope.titled):
+            named = named_whole(store, search)
+            if named is not None and options.docs:
+                named.document_ids &= set(documents_matching(store, options.docs))
+                named = named if named.document_ids else None
         if kind is None:
             kind = (QuestionKind.LOOKUP if options.layered or options.epman
-                    else classify(search, parsed, scope.titled))
+                    else QuestionKind.OVERVIEW if named is not None else classify(search, parsed, scope.titled))
         if kind is QuestionKind.WHOLE:
             found = None
             if asks_each_part(search):  # "each section of chapter 3": its sections' summaries, where the map has them
@@ -525,7 +534,14 @@ class Workspace:
                 self.warn("--read whole reads the part a question names, and this one names no chapter, section, "
                           "page, file or symbol found in the archive; answered from the best passages instead")
         elif kind is QuestionKind.OVERVIEW:
-            found = self._ask_overview(store, question, search, scope, options, history, started, should_stop)
+            found = self._ask_overview(store, question, search, scope, options, history, started, should_stop,
+                                       named)
+            if found is None and named is not None:  # no map of it yet: the named whole itself, as far as it fits
+                within = Restriction(allowed={row[0] for row in store.event_places(sorted(named.document_ids))},
+                                     described=named.name)
+                found = self._ask_whole(store, question, search, within, options, history, started, should_stop)
+                if found is not None:
+                    found[0].scope = scope
             if found is not None:
                 return found
         elif kind is QuestionKind.EXPLAIN:
@@ -698,28 +714,36 @@ class Workspace:
 
     def _ask_overview(self, store: Store, question: str, search: str, scope: Restriction, options: AskOptions,
                       history: list[dict[str, str]] | None, started: float,
-                      should_stop: Callable[[], bool] | None) -> tuple[AskResult, Iterator[str]] | None:
+                      should_stop: Callable[[], bool] | None, named: NamedWhole | None = None
+                      ) -> tuple[AskResult, Iterator[str]] | None:
         """A question about a document or the archive as a whole: the map's summaries, most general first (None
-        when there is no map yet: answered as a lookup, with a note saying what `epi map` adds)."""
+        when there is no map yet: answered as a lookup, with a note saying what `epi map` adds). `named`: the
+        document or folder the question names as a whole, whose summaries alone are read."""
         if store.summaries().count() == 0:
-            self.warn("this store has no map yet, so a question about the whole is answered from a few passages; "
+            self.warn(f"this store has no map yet, so a question about {named.name if named else 'the whole'} is "
+                      f"answered from {'as much of it as the context holds' if named else 'a few passages'}; "
                       "`epi map` writes the summaries such questions read")
             return None
         doc_ids = set(documents_matching(store, options.docs)) if options.docs else None
+        collection_keys: set[str] = set()
+        if named is not None:
+            doc_ids = named.document_ids if doc_ids is None else doc_ids & named.document_ids
+            collection_keys = named.collection_keys
         every_part = asks_each_part(search)
         named = package_globs(parse_scope(search).files) if every_part else []
         if named:  # "every file of the tenacity package": that package's files only
             in_named = set(documents_matching(store, named))
             doc_ids = in_named if doc_ids is None else doc_ids & in_named
         query = None if every_part else self.embedder.embed_query(search)  # every part is read: nothing to rank
-        chosen = overview_summaries(store, query, search, OVERVIEW_CHARS, doc_ids, every_part)
+        chosen = overview_summaries(store, query, search, OVERVIEW_CHARS, doc_ids, every_part, collection_keys)
         if not chosen:
             return None
         retrieved = summary_sources(store, chosen)
         answer = Answer()
         answer.timings.retrieve_s = time.perf_counter() - started
         levels = {s.level for s in chosen}
-        reading = f"read {len(chosen)} summar{'y' if len(chosen) == 1 else 'ies'} of the map (" + ", ".join(
+        of = f" of {named.name}" if named is not None else ""
+        reading = f"read {len(chosen)} summar{'y' if len(chosen) == 1 else 'ies'} of the map{of} (" + ", ".join(
             f"{sum(s.level == lv for s in chosen)} {lv}" for lv in ("collection", "document", "part", "section")
             if lv in levels) + ")"
         result = AskResult(question, options.mode, retrieved, answer, scope, kind=QuestionKind.OVERVIEW,

@@ -41,12 +41,14 @@ def summary_sources(store: Store, summaries: list[SummaryRecord]) -> list[Retrie
 
 
 def overview(store: Store, query: np.ndarray | None, question: str, char_budget: int,
-             document_ids: set[int] | None = None, every_part: bool = False) -> list[SummaryRecord]:
+             document_ids: set[int] | None = None, every_part: bool = False,
+             collection_keys: set[str] | frozenset[str] = frozenset()) -> list[SummaryRecord]:
     """What an overview question reads, most general first and within `char_budget` characters of summary text:
     the collections' and documents' summaries (all when they fit, else the most similar to the question), then the
     parts' summaries most similar to the question while room is left. `document_ids`: only these documents'.
     `every_part` (a question about each part in turn): the documents' and then all their parts' summaries, each
-    level in document order, as far as the budget goes (no search: `query` may be None)."""
+    level in document order, as far as the budget goes (no search: `query` may be None). `collection_keys`: the
+    collections' summaries that may be read beside `document_ids` (a folder asked about by its name)."""
     shelf = store.summaries()
     documents = store.documents()
     fresh = {d.id: d.content_sha256 for d in documents}
@@ -55,7 +57,8 @@ def overview(store: Store, query: np.ndarray | None, question: str, char_budget:
 
     def usable(s: SummaryRecord) -> bool:
         if s.document_id is None:  # a collection's: only while its folder holds the documents it was written from
-            return document_ids is None and s.level == COLLECTION and folders.get(s.key) == s.content_sha256
+            return (document_ids is None or s.key in collection_keys) and s.level == COLLECTION \
+                and folders.get(s.key) == s.content_sha256
         return s.document_id in fresh and fresh[s.document_id] == s.content_sha256 and (
             document_ids is None or s.document_id in document_ids)
 
