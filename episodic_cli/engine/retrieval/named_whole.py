@@ -32,8 +32,7 @@ from ..documents.structure import CODE_KINDS, decode
 # What the question asks of X as a whole. X is up to 60 characters with no clause punctuation; it is only taken when
 # it is one of the archive's names, so "what is the default timeout?" gets no further than the lookup.
 _X = r"(?P<x>[^?,;:!]{1,60}?)"
-_SHAPES = [
-    rf"what(?:'s|\s+is|\s+are)\s+{_X}(?:\s+(?:for|about|all\s+about|(?:used|good|meant)\s+for))?",
+_SHAPES = [  # the plain "what is X" last: "what is the purpose of X" is X's purpose
     rf"what\s+(?:does|do|can|will)\s+{_X}\s+(?:do|does|offer|provide|cover|contain|support|solve)"
     r"(?:\s+(?:exactly|for\s+me|for\s+us|in\s+general|overall))?",
     rf"what\s+(?:is|was|are)\s+the\s+(?:purpose|point|goal|aim|use|idea|job)\s+(?:of|behind)\s+{_X}",
@@ -45,6 +44,7 @@ _SHAPES = [
     rf"(?:describe|introduce|summari[sz]e)\s+{_X}",
     rf"(?:give\s+(?:me\s+)?)?(?:an?\s+)?(?:brief\s+|short\s+|quick\s+|general\s+)?"
     rf"(?:overview|summary|introduction)\s+(?:of|to)\s+{_X}",
+    rf"what(?:'s|\s+is|\s+are)\s+{_X}(?:\s+(?:for|about|all\s+about|(?:used|good|meant)\s+for))?",
 ]
 _OPENING = r"^\W*(?:(?:so|and|ok|okay|hi|hello|hey)\b\W*)?(?:please\s+)?(?:(?:can|could)\s+you\s+)?"
 _SHAPE_RES = [re.compile(_OPENING + shape + r"\s*(?:,?\s*please)?\W*$", re.I) for shape in _SHAPES]
@@ -75,7 +75,7 @@ def subject(question: str) -> str | None:
         if m:
             x = m.group("x").strip().strip("`'\"\u2018\u2019\u201c\u201d").strip()
             x = _KIND_RE.sub("", x).strip().strip("`'\"\u2018\u2019\u201c\u201d").strip()
-            return x or None
+            return x if x and x.casefold() not in _KIND_WORDS else None
     return None
 
 
