@@ -730,9 +730,9 @@ class Workspace:
             doc_ids = named.document_ids if doc_ids is None else doc_ids & named.document_ids
             collection_keys = named.collection_keys
         every_part = asks_each_part(search)
-        named = package_globs(parse_scope(search).files) if every_part else []
-        if named:  # "every file of the tenacity package": that package's files only
-            in_named = set(documents_matching(store, named))
+        package = package_globs(parse_scope(search).files) if every_part else []
+        if package:  # "every file of the tenacity package": that package's files only
+            in_named = set(documents_matching(store, package))
             doc_ids = in_named if doc_ids is None else doc_ids & in_named
         query = None if every_part else self.embedder.embed_query(search)  # every part is read: nothing to rank
         chosen = overview_summaries(store, query, search, OVERVIEW_CHARS, doc_ids, every_part, collection_keys)
