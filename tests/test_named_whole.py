@@ -31,6 +31,14 @@ from test_store import IDENTITY, make_doc, unit
     ("Why would I use pluggy?", "pluggy"),
     ("Please summarise the GNU bc manual.", "GNU bc"),
     ("What kind of tool is bc?", "bc"),
+    # the question goes on in a clause of its own
+    ("What is pluggy, and when would I reach for it?", "pluggy"),
+    ("Tell me about zstd - is it a library or a program?", "zstd"),
+    ("How does tenacity work roughly? I have never used it.", "tenacity"),
+    ("What problem does truststore solve for a web client?", "truststore"),
+    ("What features does sse-starlette offer besides pings?", "sse-starlette"),
+    ("What kinds of options does GNU tar support?", "GNU tar"),
+    ("Tell me what mdurl offers: is it a parser?", "mdurl"),
 ])
 def test_the_subject_of_a_question_about_a_whole(question, x):
     assert subject(question) == x
@@ -42,6 +50,8 @@ def test_the_subject_of_a_question_about_a_whole(question, x):
     "Which option shows the mode?",
     "How do I remove a plugin?",
     "What is the default timeout of the client in seconds when none is given?",  # longer than a name
+    "What does h11 do with a chunked body?",  # a detail of it: a lookup
+    "How does sse-starlette work once I return a response?",
 ])
 def test_no_subject_or_one_that_is_only_a_kind_of_thing(question):
     assert subject(question) is None

@@ -36,10 +36,16 @@ _SHAPES = [  # the plain "what is X" last: "what is the purpose of X" is X's pur
     rf"what\s+(?:does|do|can|will)\s+{_X}\s+(?:do|does|offer|provide|cover|contain|support|solve)"
     r"(?:\s+(?:exactly|for\s+me|for\s+us|in\s+general|overall))?",
     rf"what\s+(?:is|was|are)\s+the\s+(?:purpose|point|goal|aim|use|idea|job)\s+(?:of|behind)\s+{_X}",
-    rf"what\s+problems?\s+(?:does|do)\s+{_X}\s+solve",
+    rf"what\s+problems?\s+(?:does|do)\s+{_X}\s+solve(?:\s+(?:for|in)\s+[^?]{{1,40}})?",
     rf"what\s+(?:kind|sort|type)\s+of\s+\w+\s+is\s+{_X}",
+    # "what features does X offer", "what kinds of constraints does X cover"
+    r"what\s+(?:(?:kinds?|sorts?|types?)\s+of\s+)?(?:features?|functions?|functionality|capabilities|things|"
+    r"tools|constraints|options|commands|topics|parts)\s+"
+    rf"(?:does|do)\s+{_X}\s+(?:offer|provide|have|cover|support|include|handle)"
+    r"(?:\s+(?:beyond|besides|apart\s+from|other\s+than)\s+[^?]{1,40})?",
+    rf"tell\s+me\s+what\s+{_X}\s+(?:is|does|offers|provides|covers)",
     rf"why\s+(?:would|should|do|might)\s+(?:i|you|one|we|someone|anyone)\s+(?:use|need|want)\s+{_X}",
-    rf"how\s+does\s+{_X}\s+work(?:\s+(?:overall|in\s+general|as\s+a\s+whole))?",
+    rf"how\s+does\s+{_X}\s+work(?:\s+(?:overall|in\s+general|as\s+a\s+whole|roughly|under\s+the\s+hood))?",
     rf"(?:tell\s+me|talk)\s+(?:a\s+(?:bit|little)\s+)?about\s+{_X}",
     rf"(?:describe|introduce|summari[sz]e)\s+{_X}",
     rf"(?:give\s+(?:me\s+)?)?(?:an?\s+)?(?:brief\s+|short\s+|quick\s+|general\s+)?"
@@ -47,7 +53,12 @@ _SHAPES = [  # the plain "what is X" last: "what is the purpose of X" is X's pur
     rf"what(?:'s|\s+is|\s+are)\s+{_X}(?:\s+(?:for|about|all\s+about|(?:used|good|meant)\s+for))?",
 ]
 _OPENING = r"^\W*(?:(?:so|and|ok|okay|hi|hello|hey)\b\W*)?(?:please\s+)?(?:(?:can|could)\s+you\s+)?"
-_SHAPE_RES = [re.compile(_OPENING + shape + r"\s*(?:,?\s*please)?\W*$", re.I) for shape in _SHAPES]
+# The question may go on after the shape in a clause of its own: "what is X, and what is it good for?", "tell me
+# about X - what kind of tool is it?", "how does X work overall? Walk me through ...". X then ends at the first
+# such break (it is matched as short as it can be).
+_GOES_ON = r"(?:\s*[:;,?]|\s+[-\u2013\u2014]+\s|\s+(?:and|or|but)\s)"
+_SHAPE_RES = [re.compile(_OPENING + shape + rf"(?:\s*(?:,?\s*please)?\W*$|{_GOES_ON}.*$)", re.I | re.S)
+              for shape in _SHAPES]
 # Words around a name that say what kind of thing it is, not which: "the tenacity library", "the gzip manual".
 _KIND_WORDS = ("library", "package", "module", "project", "tool", "program", "app", "application", "framework",
                "manual", "book", "documentation", "docs", "guide", "handbook", "reference", "codebase", "code",
