@@ -118,6 +118,21 @@ def test_continue_follows_up_the_last_answer(book_store, tmp_path):
     assert answer["search"] and answer["search"] != "Who did he betray him to?"
 
 
+def test_a_document_named_as_a_whole_is_read_whole_before_there_is_a_map(book_store):
+    """"What is river-book about?" names the document by its file name (engine/retrieval/named_whole.py): with no map
+    yet it reads the document itself, in order, as far as the context holds (here all of it)."""
+    store, _ = book_store
+    result = runner.invoke(app, ["ask", "What is river-book about?", "--store", str(store), "--json"])
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.stdout)
+    assert answer["kind"] == "whole" and answer["read"].startswith("read all of ")
+    assert answer["read"].split(",")[0].endswith("river-book.txt")
+    with Store.open_existing(store) as st:
+        (doc,) = st.documents()
+        assert [s["event_id"] for s in answer["sources"]] == [e.id for e in st.events_of(doc.id)]
+    assert "no map yet" in result.stderr
+
+
 def test_the_map_is_written_once_read_by_overview_questions_and_removed_with_its_document(book_store):
     store, book = book_store
     first = runner.invoke(app, ["map", "--store", str(store), "--json"])
@@ -152,6 +167,9 @@ def test_the_map_is_written_once_read_by_overview_questions_and_removed_with_its
     assert answer["sources"] and all(s["summary_of"] for s in answer["sources"])
     shown = runner.invoke(app, ["ask", "What is this book about?", "--store", str(store)])
     assert "summary of" in shown.stdout
+    named = json.loads(runner.invoke(app, ["ask", "Tell me about river-book", "--store", str(store), "--json"]).stdout)
+    assert named["kind"] == "overview" and named["read"].startswith("read ")
+    assert "river-book.txt (" in named["read"] and all(s["summary_of"] for s in named["sources"])
 
     assert runner.invoke(app, ["rm", str(book), "--store", str(store)]).exit_code == 0
     with Store.open_existing(store) as st:

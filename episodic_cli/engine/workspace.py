@@ -514,7 +514,8 @@ class Workspace:
         # "what does epi do?": a document or folder asked about as a whole by its name (a place it names, "what is
         # chapter 3 about?", goes by the place)
         named = None
-        if kind is None and not (options.layered or options.epman or parsed.structural or scope.titled):
+        if kind in (None, QuestionKind.OVERVIEW, QuestionKind.WHOLE) \
+                and not (options.layered or options.epman or parsed.structural or scope.titled):
             named = named_whole(store, search)
             if named is not None and options.docs:
                 named.document_ids &= set(documents_matching(store, options.docs))
@@ -528,6 +529,9 @@ class Workspace:
                 found = self._ask_each_section(store, question, search, scope, options, history, started,
                                                should_stop)
             found = found or self._ask_whole(store, question, search, scope, options, history, started, should_stop)
+            if found is None and named is not None:  # --read whole of a document or folder named as a whole
+                found = self._ask_named_whole(store, question, search, scope, named, options, history, started,
+                                              should_stop)
             if found is not None:
                 return found
             if options.kind is QuestionKind.WHOLE:  # asked for (--read whole), not chosen: say why it is not done
@@ -537,11 +541,8 @@ class Workspace:
             found = self._ask_overview(store, question, search, scope, options, history, started, should_stop,
                                        named)
             if found is None and named is not None:  # no map of it yet: the named whole itself, as far as it fits
-                within = Restriction(allowed={row[0] for row in store.event_places(sorted(named.document_ids))},
-                                     described=named.name)
-                found = self._ask_whole(store, question, search, within, options, history, started, should_stop)
-                if found is not None:
-                    found[0].scope = scope
+                found = self._ask_named_whole(store, question, search, scope, named, options, history, started,
+                                              should_stop)
             if found is not None:
                 return found
         elif kind is QuestionKind.EXPLAIN:
@@ -662,6 +663,18 @@ class Workspace:
         stream = answerer.stream(request, retrieved, history, started, answer,
                                  max_tokens=capped(limit, options.answer_tokens), should_stop=should_stop)
         return result, self._timing_cold(stream, answerer)
+
+    def _ask_named_whole(self, store: Store, question: str, search: str, scope: Restriction, named: NamedWhole,
+                         options: AskOptions, history: list[dict[str, str]] | None, started: float,
+                         should_stop: Callable[[], bool] | None) -> tuple[AskResult, Iterator[str]] | None:
+        """A document or folder named as a whole, read whole from its blocks as far as the context holds (the best
+        parts of it, in order, when it does not fit)."""
+        within = Restriction(allowed={row[0] for row in store.event_places(sorted(named.document_ids))},
+                             described=named.name)
+        found = self._ask_whole(store, question, search, within, options, history, started, should_stop)
+        if found is not None:
+            found[0].scope = scope
+        return found
 
     def _ask_whole(self, store: Store, question: str, search: str, scope: Restriction, options: AskOptions,
                    history: list[dict[str, str]] | None, started: float, should_stop: Callable[[], bool] | None,
