@@ -206,6 +206,20 @@ def test_binary_file_is_rejected(tmp_path: Path) -> None:
         load_document(noisy)
 
 
+def test_a_stray_nul_past_the_start_of_a_text_file_is_dropped_not_refused(tmp_path: Path) -> None:
+    """An Info manual flattened to text (gzip's) marks its index with NUL and backspace bytes 47 KB in; git reads a
+    file as binary only for a NUL in its first 8,000 bytes, and so does epi."""
+    body = "".join(f"Line {i} of the manual, about compression.\n" for i in range(400))
+    f = tmp_path / "gzip.txt"
+    f.write_bytes(body.encode() + b"Appendix B Concept index\n\x00\x08[index\x00\x08]\n* bugs: Problems.\n")
+    doc = load_document(f)
+    assert "\x00" not in doc.text and doc.text.startswith("Line 0 of the manual") and "* bugs: Problems." in doc.text
+    early = tmp_path / "early.txt"
+    early.write_bytes(b"text\x00" + body.encode())
+    with pytest.raises(SourceError, match="binary file"):
+        load_document(early)
+
+
 @pytest.mark.parametrize("content", [b"", b"  \n\r\n\t \n"])
 def test_empty_file_is_rejected(tmp_path: Path, content: bytes) -> None:
     f = tmp_path / "empty.md"

@@ -602,18 +602,23 @@ def _detection_sample(file) -> bytes:
 def _decode_into(file, codec: str, refuse_nul: bool, spool: TextSpool, binary: SourceError,
                  errors: str = "strict") -> tuple[str, int]:
     """Decode the whole file with `codec` a block at a time into `spool`, newlines normalised (so that line numbers
-    match an editor's); (the file's sha256, its number of lines). Raises `binary` for a binary file's marks."""
+    match an editor's); (the file's sha256, its number of lines). Raises `binary` for a binary file's marks: with
+    `refuse_nul`, a NUL byte in the first `_SNIFF_BYTES` (git's rule, and the folder walk's); a NUL further on is a
+    stray mark in a text file (an Info manual's index markers, a log's bad write), dropped and counted with the
+    other control characters."""
     file.seek(0)
     sha = hashlib.sha256()
     decoder = codecs.getincrementaldecoder(codec)(errors)
     n_decoded = controls = newlines = 0
     carried_cr, last, has_text = False, "", False
+    first = True
     while True:
         block = file.read(READ_BYTES)
         final = not block
         sha.update(block)
-        if refuse_nul and b"\x00" in block:
+        if refuse_nul and first and b"\x00" in block[:_SNIFF_BYTES]:
             raise binary
+        first = False
         try:
             piece = decoder.decode(block, final=final)
         except UnicodeDecodeError:
@@ -621,6 +626,7 @@ def _decode_into(file, codec: str, refuse_nul: bool, spool: TextSpool, binary: S
         # Text may carry a stray control character; binary blobs carry many (counted before newlines are folded).
         n_decoded += len(piece)
         controls += len(_CONTROL_RE.findall(piece))
+        piece = piece.replace("\x00", "")
         if carried_cr:  # a CR that ended the previous block: it may be half of a CRLF
             piece = "\r" + piece
         carried_cr = piece.endswith("\r") and not final
