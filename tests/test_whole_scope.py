@@ -118,19 +118,31 @@ def test_continue_follows_up_the_last_answer(book_store, tmp_path):
     assert answer["search"] and answer["search"] != "Who did he betray him to?"
 
 
-def test_a_document_named_as_a_whole_is_read_whole_before_there_is_a_map(book_store):
-    """"What is river-book about?" names the document by its file name (engine/retrieval/named_whole.py): with no map
-    yet it reads the document itself, in order, as far as the context holds (here all of it)."""
+def test_a_document_named_as_a_whole_is_searched_with_its_opening_first(book_store):
+    """"What is river-book, and who is Oskar Brandt?" names the document by its file name
+    (engine/retrieval/named_whole.py): it is found as any question is, within that document, with the document's
+    opening ranked first (its words alone pick chapter 2's betrayal). `--read whole` reads all of it."""
+    from episodic_cli.engine.ask_options import AskOptions
+    from episodic_cli.engine.workspace import Workspace
+
     store, _ = book_store
-    result = runner.invoke(app, ["ask", "What is river-book about?", "--store", str(store), "--json"])
-    assert result.exit_code == 0, result.output
-    answer = json.loads(result.stdout)
-    assert answer["kind"] == "whole" and answer["read"].startswith("read all of ")
-    assert answer["read"].split(",")[0].endswith("river-book.txt")
-    with Store.open_existing(store) as st:
-        (doc,) = st.documents()
-        assert [s["event_id"] for s in answer["sources"]] == [e.id for e in st.events_of(doc.id)]
-    assert "no map yet" in result.stderr
+    ws = Workspace(store=str(store))
+    try:
+        with Store.open_existing(ws.store_dir) as st:
+            (doc,) = st.documents()
+            events = st.events_of(doc.id)
+            result, stream = ws.ask(st, "What is river-book, and who is Oskar Brandt?",
+                                    AskOptions(k=1, neighbours=0, cold_seconds=None))
+            for _ in stream:
+                pass
+    finally:
+        ws.close()
+    assert [r.event.id for r in result.retrieved] == [events[0].id]
+    whole = json.loads(runner.invoke(app, ["ask", "What is river-book about?", "--read", "whole", "--store",
+                                           str(store), "--json"]).stdout)
+    assert whole["kind"] == "whole" and whole["read"].startswith("read all of ")
+    assert whole["read"].split(",")[0].endswith("river-book.txt")
+    assert [s["event_id"] for s in whole["sources"]] == [e.id for e in events]
 
 
 def test_the_map_is_written_once_read_by_overview_questions_and_removed_with_its_document(book_store):
@@ -167,9 +179,11 @@ def test_the_map_is_written_once_read_by_overview_questions_and_removed_with_its
     assert answer["sources"] and all(s["summary_of"] for s in answer["sources"])
     shown = runner.invoke(app, ["ask", "What is this book about?", "--store", str(store)])
     assert "summary of" in shown.stdout
-    named = json.loads(runner.invoke(app, ["ask", "Tell me about river-book", "--store", str(store), "--json"]).stdout)
+    named = json.loads(runner.invoke(app, ["ask", "Tell me about river-book", "--read", "overview", "--store",
+                                           str(store), "--json"]).stdout)
     assert named["kind"] == "overview" and named["read"].startswith("read ")
-    assert "river-book.txt (" in named["read"] and all(s["summary_of"] for s in named["sources"])
+    assert "of the map of " in named["read"] and "and the opening of " in named["read"]
+    assert named["sources"][0]["summary_of"] and not named["sources"][-1]["summary_of"]  # the opening, last
 
     assert runner.invoke(app, ["rm", str(book), "--store", str(store)]).exit_code == 0
     with Store.open_existing(store) as st:

@@ -24,7 +24,7 @@ from .ask_options import AskOptions
 from .budgets import (ANSWER_CONTEXT, ANSWER_TOKENS, EVERY_PART_ANSWER_TOKENS, EVERY_PART_LINE_TOKENS,
                       EVIDENCE_BUDGET, LAYER_BUDGET, LAYERED_ANCHOR_TOKENS, LAYERED_POOL_K, MAX_POOL, MIN_SOURCE_ROOM,
                       NOTE_TOKENS, NOTES_CHUNK_TOKENS, OVERVIEW_CHARS, PROMPT_OVERHEAD, QUESTION_ROOM, RELINK_TOKENS,
-                      SUMMARY_TOKENS, WARM_RUN_TOKENS, WHOLE_ANSWER_TOKENS, WHOLE_CONTEXT)
+                      NAMED_OPENING_TOKENS, NAMED_WHOLE_READ, SUMMARY_TOKENS, WARM_RUN_TOKENS, WHOLE_ANSWER_TOKENS, WHOLE_CONTEXT)
 from .documents.structure import describe as describe_section
 from .embed.embedder import EMBED_DIM, EMBEDDER_NAME, KNOWN_NAMES, Embedder
 from .embed.reembed import ReembedProgress, reembed
@@ -51,7 +51,7 @@ from .answer.map_writer import MapProgress, MapWriter
 from .answer.claim_check import CHECKING_PARAMS, MAX_CHECKED, STATED_AT, ClaimChecker
 from .answer.condense import Condenser, search_for
 from .prompt import asks_how, each_section_request, notes_answer_request, overview_request, whole_scope_request
-from .retrieval.named_whole import NamedWhole, named_whole
+from .retrieval.named_whole import NamedWhole, named_whole, opening_document
 from .retrieval.question_kind import QuestionKind, asks_each_part, classify
 from .retrieval.summary_sources import overview as overview_summaries
 from .retrieval.summary_sources import summary_sources
@@ -520,6 +520,13 @@ class Workspace:
             if named is not None and options.docs:
                 named.document_ids &= set(documents_matching(store, options.docs))
                 named = named if named.document_ids else None
+        if named is not None and kind is None and NAMED_WHOLE_READ == "boost":
+            # found as before, within the named whole, its own opening ranked first (a variant)
+            opening = {r.event.id for r in self._opening(store, named, NAMED_OPENING_TOKENS)}
+            within = {row[0] for row in store.event_places(sorted(named.document_ids))}
+            scope = replace(scope, allowed=within if scope.allowed is None else scope.allowed & within,
+                            boosted=opening | (scope.boosted or set()))
+            named = None
         if kind is None:
             kind = (QuestionKind.LOOKUP if options.layered or options.epman
                     else QuestionKind.OVERVIEW if named is not None else classify(search, parsed, scope.titled))
@@ -538,8 +545,12 @@ class Workspace:
                 self.warn("--read whole reads the part a question names, and this one names no chapter, section, "
                           "page, file or symbol found in the archive; answered from the best passages instead")
         elif kind is QuestionKind.OVERVIEW:
-            found = self._ask_overview(store, question, search, scope, options, history, started, should_stop,
-                                       named)
+            found = None
+            if named is not None and NAMED_WHOLE_READ == "whole":  # read it, not its summaries (a variant)
+                found = self._ask_named_whole(store, question, search, scope, named, options, history, started,
+                                              should_stop)
+            found = found or self._ask_overview(store, question, search, scope, options, history, started,
+                                                should_stop, named)
             if found is None and named is not None:  # no map of it yet: the named whole itself, as far as it fits
                 found = self._ask_named_whole(store, question, search, scope, named, options, history, started,
                                               should_stop)
@@ -752,6 +763,8 @@ class Workspace:
         if not chosen:
             return None
         retrieved = summary_sources(store, chosen)
+        opening = self._opening(store, named, NAMED_OPENING_TOKENS) if named is not None else []
+        retrieved += opening  # its own opening words, nearest the question: what a summary may have blurred
         answer = Answer()
         answer.timings.retrieve_s = time.perf_counter() - started
         levels = {s.level for s in chosen}
@@ -759,6 +772,9 @@ class Workspace:
         reading = f"read {len(chosen)} summar{'y' if len(chosen) == 1 else 'ies'} of the map{of} (" + ", ".join(
             f"{sum(s.level == lv for s in chosen)} {lv}" for lv in ("collection", "document", "part", "section")
             if lv in levels) + ")"
+        if opening:
+            reading += (f" and the opening of {opening[0].document.display_path} "
+                        f"({sum(r.n_tokens for r in opening):,} tokens)")
         result = AskResult(question, options.mode, retrieved, answer, scope, kind=QuestionKind.OVERVIEW,
                            reading=reading, search=search if search != question else None)
         answerer = self.answerer(options.mode, store, whole=True)
@@ -769,6 +785,18 @@ class Workspace:
                                  max_tokens=capped(limit, options.answer_tokens),
                                  should_stop=should_stop)
         return result, self._timing_cold(stream, answerer)
+
+    @staticmethod
+    def _opening(store: Store, named: NamedWhole, budget: int) -> list[RetrievedEvent]:
+        """The first events of the named whole's opening document (opening_document), up to `budget` tokens."""
+        doc = opening_document(store, named) if budget > 0 else None
+        out: list[RetrievedEvent] = []
+        for ordinal in range(doc.n_events if doc is not None else 0):
+            event = store.event_at(doc.id, ordinal)
+            if event is None or out and sum(r.n_tokens for r in out) + event.token_end - event.token_start > budget:
+                break
+            out.append(RetrievedEvent(event, doc, None, None))
+        return out
 
     def _note_retrieved(self, store: Store, event_ids: list[int]) -> None:
         if self.record_retrievals:

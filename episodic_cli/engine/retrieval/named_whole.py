@@ -172,3 +172,18 @@ def named_whole(store: Store, question: str) -> NamedWhole | None:
                     if {d.id for d in members} == ids}
             return NamedWhole(shown, set(ids), keys)
     return None
+
+
+def opening_document(store: Store, named: NamedWhole) -> DocumentRecord | None:
+    """The document whose opening says what the named whole is: the document itself, or for a folder its README
+    nearest the top, else its package's `__init__` nearest the top, else its first document by path."""
+    docs = [d for d in store.documents() if d.id in named.document_ids]
+    if not docs:
+        return None
+
+    def rank(d: DocumentRecord) -> tuple:
+        path = d.display_path.replace(os.sep, "/")
+        stem = posixpath.splitext(posixpath.basename(path))[0].casefold()
+        return (0 if stem.startswith("readme") else 1 if stem == "__init__" else 2, path.count("/"), path)
+
+    return min(docs, key=rank)
