@@ -132,3 +132,37 @@ def test_a_named_folder_reads_its_own_summaries_and_its_collection_summary(tmp_p
                                      collection_keys=named.collection_keys)]
     assert "folder proj/lib/" in read and "folder proj/" not in read
     assert "document proj/book.md" not in read and "document proj/lib/a.py" in read
+
+
+def test_a_named_folder_is_searched_alone_and_said_so(tmp_path):
+    """Real ingest (the bundled model, no blocks) and a real answer: a question naming a sub-folder searches only
+    its documents, ranks its README's opening first, and says what it searched."""
+    from typer.testing import CliRunner
+
+    from conftest import prose_lines
+    from episodic_cli.app import app
+    from episodic_cli.engine.ask_options import AskOptions
+    from episodic_cli.engine.workspace import Workspace
+
+    docs = tmp_path / "docs"
+    (docs / "harbour").mkdir(parents=True)
+    (docs / "tides.md").write_text("# Tides\n\n" + "\n".join(prose_lines(1, 20)) + "\n")
+    (docs / "harbour" / "README.md").write_text("# Harbour\n\nThe harbour kit keeps the ledger of ships.\n\n"
+                                                + "\n".join(prose_lines(2, 20)) + "\n")
+    (docs / "harbour" / "nets.md").write_text("# Nets\n\n" + "\n".join(prose_lines(3, 20)) + "\n")
+    store = tmp_path / "store"
+    result = CliRunner().invoke(app, ["ingest", str(docs), "--store", str(store), "--no-kv", "--no-map", "--json"])
+    assert result.exit_code == 0, result.output
+    ws = Workspace(store=str(store))
+    try:
+        with Store.open_existing(ws.store_dir) as st:
+            harbour = {d.id for d in st.documents() if "/harbour/" in d.display_path}
+            readme = next(d for d in st.documents() if d.display_path.endswith("harbour/README.md"))
+            answer, stream = ws.ask(st, "What is harbour for?", AskOptions(k=2, neighbours=0, answer_tokens=8))
+            for _ in stream:
+                pass
+    finally:
+        ws.close()
+    assert answer.scope.described.endswith("harbour/")
+    assert {r.event.document_id for r in answer.retrieved} <= harbour
+    assert readme.id in {r.event.document_id for r in answer.retrieved}

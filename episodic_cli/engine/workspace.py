@@ -524,8 +524,11 @@ class Workspace:
             # found as before, within the named whole, its own opening ranked first (a variant)
             opening = {r.event.id for r in self._opening(store, named, NAMED_OPENING_TOKENS)}
             within = {row[0] for row in store.event_places(sorted(named.document_ids))}
+            # said ("searching h11/ only") where it is not the whole archive
+            part_of = len(named.document_ids) < sum(d.status == "complete" for d in store.documents())
             scope = replace(scope, allowed=within if scope.allowed is None else scope.allowed & within,
-                            boosted=opening | (scope.boosted or set()))
+                            boosted=opening | (scope.boosted or set()),
+                            described=scope.described or (named.name if part_of else None))
             named = None
         if kind is None:
             kind = (QuestionKind.LOOKUP if options.layered or options.epman
