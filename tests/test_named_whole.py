@@ -93,10 +93,23 @@ def test_a_text_documents_stem_and_title_name_it(tmp_path):
     assert named_whole(st, "What is gzip for?").document_ids == {ids["manuals/gzip.txt"]}
     assert named_whole(st, "Tell me about GNU Gzip").document_ids == {ids["manuals/gzip.txt"]}
     assert named_whole(st, "What does epi do?").document_ids == {ids["manuals/README.md"]}  # its title
-    assert named_whole(st, "What is README about?") is None  # a name many files have
+    assert named_whole(st, "What is notes about?") is None  # a name many files have
+    assert named_whole(st, "What is README about?").document_ids == {ids["manuals/README.md"]}  # the one README
     assert named_whole(st, "What is Tides about?") is None
     everything = named_whole(st, "What is in the manuals?")
     assert everything is None or everything.document_ids == set(ids.values())
+
+
+def test_the_readme_is_the_one_nearest_the_top(tmp_path):
+    st, ids = _store(tmp_path, {
+        "proj/README.md": ("text", ["proj"]),
+        "proj/docs/README.md": ("text", ["Docs"]),
+        "proj/lib/a.py": ("code", [""]),
+    })
+    assert named_whole(st, "Summarise the README").document_ids == {ids["proj/README.md"]}
+    assert named_whole(st, "What is the readme about?").document_ids == {ids["proj/README.md"]}
+    st2, _ = _store(tmp_path / "two", {"a/README.md": ("text", ["A"]), "b/README.rst": ("text", ["B"])})
+    assert named_whole(st2, "Summarise the README") is None  # two at the same depth: which one is not known
 
 
 def test_two_wholes_with_one_name_name_neither(tmp_path):

@@ -88,6 +88,8 @@ def subject(question: str) -> str | None:
         if m:
             x = m.group("x").strip().strip("`'\"\u2018\u2019\u201c\u201d").strip()
             x = _KIND_RE.sub("", x).strip().strip("`'\"\u2018\u2019\u201c\u201d").strip()
+            if x.casefold() == "readme":  # "summarise the README": the archive's README, a name of its own
+                return "readme"
             return x if x and x.casefold() not in _KIND_WORDS else None
     return None
 
@@ -144,6 +146,10 @@ def _names(store: Store, documents: list[DocumentRecord]) -> dict[str, tuple[str
     for folder in sorted(folders, key=lambda f: f.count("/")):  # outer folders first: they keep a shared name
         if posixpath.basename(folder):
             add(posixpath.basename(folder), folder + "/", folders[folder])
+    readmes = sorted((p.count("/"), i) for i, p in paths.items()
+                     if posixpath.basename(p).casefold().startswith("readme"))
+    if readmes and (len(readmes) == 1 or readmes[1][0] > readmes[0][0]):  # "the README": the one nearest the top
+        add("readme", paths[readmes[0][1]], {readmes[0][1]})
     for doc in documents:
         if doc.kind != "code":
             stem = posixpath.splitext(posixpath.basename(paths[doc.id]))[0]
