@@ -521,14 +521,18 @@ class Workspace:
                 named.document_ids &= set(documents_matching(store, options.docs))
                 named = named if named.document_ids else None
         if named is not None and kind is None and NAMED_WHOLE_READ == "boost":
-            # found as before, within the named whole, its own opening ranked first (a variant)
+            # found as before, within the named whole, its own opening ranked first. "The tenacity package" is the
+            # folder named, not the files scope.py guesses from the word (its __init__.py)
+            if parsed.files:
+                parsed = replace(parsed, files=[])
+                scope = resolve_scope(store, parsed, options.docs)
             opening = {r.event.id for r in self._opening(store, named, NAMED_OPENING_TOKENS)}
-            within = {row[0] for row in store.event_places(sorted(named.document_ids))}
-            # said ("searching h11/ only") where it is not the whole archive
-            part_of = len(named.document_ids) < sum(d.status == "complete" for d in store.documents())
-            scope = replace(scope, allowed=within if scope.allowed is None else scope.allowed & within,
-                            boosted=opening | (scope.boosted or set()),
-                            described=scope.described or (named.name if part_of else None))
+            # restricted, and said ("searching h11/ only"), where it is not the whole archive
+            if len(named.document_ids) < sum(d.status == "complete" for d in store.documents()):
+                within = {row[0] for row in store.event_places(sorted(named.document_ids))}
+                scope = replace(scope, allowed=within if scope.allowed is None else scope.allowed & within,
+                                described=scope.described or named.name)
+            scope = replace(scope, boosted=opening | (scope.boosted or set()))
             named = None
         if kind is None:
             kind = (QuestionKind.LOOKUP if options.layered or options.epman
