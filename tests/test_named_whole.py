@@ -183,4 +183,4 @@ def test_a_named_folder_is_searched_alone_and_said_so(tmp_path):
         assert answer.scope.described.endswith("harbour/")
         assert {r.event.document_id for r in answer.retrieved} <= harbour
         assert readme.id in {r.event.document_id for r in answer.retrieved}
-        assert not answer.scope.notes  # "the harbour package" is the folder, not a missing harbour/__init__.py
+        assert not answer.scope.notes  # "the harbour package" is the folder, not a missing package file
