@@ -23,8 +23,9 @@ from .answer.text_mode import TextModeAnswerer
 from .ask_options import AskOptions
 from .budgets import (ANSWER_CONTEXT, ANSWER_TOKENS, EVERY_PART_ANSWER_TOKENS, EVERY_PART_LINE_TOKENS,
                       EVIDENCE_BUDGET, LAYER_BUDGET, LAYERED_ANCHOR_TOKENS, LAYERED_POOL_K, MAX_POOL, MIN_SOURCE_ROOM,
-                      NOTE_TOKENS, NOTES_CHUNK_TOKENS, OVERVIEW_CHARS, PROMPT_OVERHEAD, QUESTION_ROOM, RELINK_TOKENS,
-                      NAMED_OPENING_TOKENS, NAMED_WHOLE_READ, SUMMARY_TOKENS, WARM_RUN_TOKENS, WHOLE_ANSWER_TOKENS, WHOLE_CONTEXT)
+                      NAMED_OPENING_TOKENS, NAMED_WHOLE_READ, NOTE_TOKENS, NOTES_CHUNK_TOKENS, OVERVIEW_CHARS,
+                      PROMPT_OVERHEAD, QUESTION_ROOM, RELINK_TOKENS, SUMMARY_TOKENS, WARM_RUN_TOKENS,
+                      WHOLE_ANSWER_TOKENS, WHOLE_CONTEXT)
 from .documents.structure import describe as describe_section
 from .embed.embedder import EMBED_DIM, EMBEDDER_NAME, KNOWN_NAMES, Embedder
 from .embed.reembed import ReembedProgress, reembed
@@ -516,10 +517,7 @@ class Workspace:
         named = None
         if kind in (None, QuestionKind.OVERVIEW, QuestionKind.WHOLE) \
                 and not (options.layered or options.epman or parsed.structural or scope.titled):
-            named = named_whole(store, search)
-            if named is not None and options.docs:
-                named.document_ids &= set(documents_matching(store, options.docs))
-                named = named if named.document_ids else None
+            named = named_whole(store, search, set(documents_matching(store, options.docs)) if options.docs else None)
         if named is not None and kind is None and NAMED_WHOLE_READ == "boost":
             # found as before, within the named whole, its own opening ranked first. "The tenacity package" is the
             # folder named, not the files scope.py guesses from the word (its __init__.py)
@@ -528,8 +526,8 @@ class Workspace:
                 scope = resolve_scope(store, parsed, options.docs)
             opening = {r.event.id for r in self._opening(store, named, NAMED_OPENING_TOKENS)}
             # restricted, and said ("searching h11/ only"), where it is not the whole archive
-            if len(named.document_ids) < sum(d.status == "complete" for d in store.documents()):
-                within = {row[0] for row in store.event_places(sorted(named.document_ids))}
+            if not named.whole_archive:
+                within = named.event_ids(store)
                 scope = replace(scope, allowed=within if scope.allowed is None else scope.allowed & within,
                                 described=scope.described or named.name)
             scope = replace(scope, boosted=opening | (scope.boosted or set()))
@@ -687,8 +685,7 @@ class Workspace:
                          should_stop: Callable[[], bool] | None) -> tuple[AskResult, Iterator[str]] | None:
         """A document or folder named as a whole, read whole from its blocks as far as the context holds (the best
         parts of it, in order, when it does not fit)."""
-        within = Restriction(allowed={row[0] for row in store.event_places(sorted(named.document_ids))},
-                             described=named.name)
+        within = Restriction(allowed=named.event_ids(store), described=named.name)
         found = self._ask_whole(store, question, search, within, options, history, started, should_stop)
         if found is not None:
             found[0].scope = scope
@@ -796,13 +793,15 @@ class Workspace:
     @staticmethod
     def _opening(store: Store, named: NamedWhole, budget: int) -> list[RetrievedEvent]:
         """The first events of the named whole's opening document (opening_document), up to `budget` tokens."""
-        doc = opening_document(store, named) if budget > 0 else None
+        doc = opening_document(named) if budget > 0 else None
         out: list[RetrievedEvent] = []
+        used = 0
         for ordinal in range(doc.n_events if doc is not None else 0):
             event = store.event_at(doc.id, ordinal)
-            if event is None or out and sum(r.n_tokens for r in out) + event.token_end - event.token_start > budget:
+            if event is None or out and used + event.token_end - event.token_start > budget:
                 break
             out.append(RetrievedEvent(event, doc, None, None))
+            used += out[-1].n_tokens
         return out
 
     def _note_retrieved(self, store: Store, event_ids: list[int]) -> None:

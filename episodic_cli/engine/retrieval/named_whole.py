@@ -76,9 +76,21 @@ _OPTIONAL_PREFIXES = ("gnu ", "python ")
 
 @dataclass
 class NamedWhole:
-    name: str                   # as the archive has it: "h11/", "gzip.txt", "epi"
-    document_ids: set[int]      # the documents it covers
-    collection_keys: set[str]   # the map's collection summaries written for exactly that folder
+    name: str                         # as the archive has it: "h11/", "gzip.txt", "epi"
+    documents: list[DocumentRecord]   # the documents it covers
+    collection_keys: set[str]         # the map's collection summaries written for exactly that folder
+    whole_archive: bool               # it covers every document of the archive
+
+    @property
+    def document_ids(self) -> set[int]:
+        return {d.id for d in self.documents}
+
+    def event_ids(self, store: Store) -> set[int]:
+        return {row[0] for row in store.event_places(sorted(self.document_ids))}
+
+
+def _is_readme(path: str) -> bool:
+    return posixpath.basename(path).casefold().startswith("readme")
 
 
 def subject(question: str) -> str | None:
@@ -146,8 +158,7 @@ def _names(store: Store, documents: list[DocumentRecord]) -> dict[str, tuple[str
     for folder in sorted(folders, key=lambda f: f.count("/")):  # outer folders first: they keep a shared name
         if posixpath.basename(folder):
             add(posixpath.basename(folder), folder + "/", folders[folder])
-    readmes = sorted((p.count("/"), i) for i, p in paths.items()
-                     if posixpath.basename(p).casefold().startswith("readme"))
+    readmes = sorted((p.count("/"), i) for i, p in paths.items() if _is_readme(p))
     if readmes and (len(readmes) == 1 or readmes[1][0] > readmes[0][0]):  # "the README": the one nearest the top
         add("readme", paths[readmes[0][1]], {readmes[0][1]})
     for doc in documents:
@@ -164,8 +175,9 @@ def _names(store: Store, documents: list[DocumentRecord]) -> dict[str, tuple[str
     return names
 
 
-def named_whole(store: Store, question: str) -> NamedWhole | None:
-    """The document or folder `question` asks about as a whole by its name, or None."""
+def named_whole(store: Store, question: str, within: set[int] | None = None) -> NamedWhole | None:
+    """The document or folder `question` asks about as a whole by its name, or None. `within`: only these documents
+    of it (`--doc`); the names are still the whole archive's."""
     x = subject(question)
     if x is None:
         return None
@@ -178,20 +190,19 @@ def named_whole(store: Store, question: str) -> NamedWhole | None:
             shown, ids = names[form]
             keys = {collection_key(folder) for folder, members in collections(documents).items()
                     if {d.id for d in members} == ids}
-            return NamedWhole(shown, set(ids), keys)
+            covered = [d for d in documents if d.id in ids and (within is None or d.id in within)]
+            if not covered:
+                return None
+            return NamedWhole(shown, covered, keys, len(covered) == len(documents))
     return None
 
 
-def opening_document(store: Store, named: NamedWhole) -> DocumentRecord | None:
+def opening_document(named: NamedWhole) -> DocumentRecord | None:
     """The document whose opening says what the named whole is: the document itself, or for a folder its README
     nearest the top, else its package's `__init__` nearest the top, else its first document by path."""
-    docs = [d for d in store.documents() if d.id in named.document_ids]
-    if not docs:
-        return None
-
     def rank(d: DocumentRecord) -> tuple:
         path = d.display_path.replace(os.sep, "/")
         stem = posixpath.splitext(posixpath.basename(path))[0].casefold()
-        return (0 if stem.startswith("readme") else 1 if stem == "__init__" else 2, path.count("/"), path)
+        return (0 if _is_readme(path) else 1 if stem == "__init__" else 2, path.count("/"), path)
 
-    return min(docs, key=rank)
+    return min(named.documents, key=rank, default=None)
