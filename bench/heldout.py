@@ -384,7 +384,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--surprise-at", choices=SURPRISE_AT, default=None,
                     help="where new stores measure surprise (default: epi ingest's; segment.SURPRISE_AT)")
     ap.add_argument("--tag", default=None, help="write bench/results/heldout-TAG.json and .md (docs/ untouched)")
+    ap.add_argument("--passage-ranking", choices=("on", "off"), default=None,
+                    help="rank the candidates by their best sentence too (default: epi's; budgets.PASSAGE_RANKING)")
     args = ap.parse_args(argv)
+    if args.passage_ranking:
+        from episodic_cli.engine import workspace
+
+        workspace.PASSAGE_RANKING = args.passage_ranking == "on"
     if args.surprise_at:
         global SEGMENT
         SEGMENT = SegmentParams(surprise_at=args.surprise_at)

@@ -60,3 +60,6 @@ OVERVIEW_CHARS = 4 * 6000
 # (docs/heldout.md, "A whole named by its name").
 NAMED_WHOLE_READ = "boost"
 NAMED_OPENING_TOKENS = 512
+# Rank the retrieval's candidates a third time, by their best sentence (retrieval/passage_rank.py); measured on
+# every lookup set (docs/heldout.md, "Candidates ranked by their best sentence").
+PASSAGE_RANKING = False

@@ -24,7 +24,7 @@ from .ask_options import AskOptions
 from .budgets import (ANSWER_CONTEXT, ANSWER_TOKENS, EVERY_PART_ANSWER_TOKENS, EVERY_PART_LINE_TOKENS,
                       EVIDENCE_BUDGET, LAYER_BUDGET, LAYERED_ANCHOR_TOKENS, LAYERED_POOL_K, MAX_POOL, MIN_SOURCE_ROOM,
                       NAMED_OPENING_TOKENS, NAMED_WHOLE_READ, NOTE_TOKENS, NOTES_CHUNK_TOKENS, OVERVIEW_CHARS,
-                      PROMPT_OVERHEAD, QUESTION_ROOM, RELINK_TOKENS, SUMMARY_TOKENS, WARM_RUN_TOKENS,
+                      PASSAGE_RANKING, PROMPT_OVERHEAD, QUESTION_ROOM, RELINK_TOKENS, SUMMARY_TOKENS, WARM_RUN_TOKENS,
                       WHOLE_ANSWER_TOKENS, WHOLE_CONTEXT)
 from .documents.structure import describe as describe_section
 from .embed.embedder import EMBED_DIM, EMBEDDER_NAME, KNOWN_NAMES, Embedder
@@ -43,6 +43,7 @@ from .paths import cache_dir, store_path
 from .retrieval.evidence import SentenceSupport, Support, readable, support, support_by_sentence
 from .retrieval import cold_reading
 from .retrieval.evidence import narrow as evidence_narrow
+from .retrieval.passage_rank import best_sentence_ranking
 from .retrieval.retrieve import RetrievedEvent, relevance_order, retrieve
 from .retrieval.scope import Restriction, documents_matching, names_a_place, package_globs
 from .retrieval.scope import parse as parse_scope
@@ -442,7 +443,8 @@ class Workspace:
             token_budget = self.pool_tokens() if pool else min(EVIDENCE_BUDGET, self.room())
         damaged: list = []
         found = retrieve(store, query, text, k, neighbours, token_budget=token_budget, allowed=scope.allowed,
-                         boosted=scope.boosted, damaged=damaged)
+                         boosted=scope.boosted, damaged=damaged,
+                         passage_ranking=partial(best_sentence_ranking, text) if PASSAGE_RANKING else None)
         # A damaged event costs the answer that event, not the answer: it is named with what restores it.
         if damaged and not found:
             raise damaged[0]  # nothing left to answer from: the one-line error names the event and the remedy

@@ -200,7 +200,12 @@ def _bigrams(text: str) -> set[tuple[str, str]]:
 
 def score_sentences(question: str, retrieved: list[RetrievedEvent]) -> list[Scored]:
     """Every sentence of every retrieved event, scored against the question (see the module's docstring)."""
-    units = [(i, s) for i, r in enumerate(retrieved) for s in split_sentences(r.event.text)]
+    return score_texts(question, [r.event.text for r in retrieved])
+
+
+def score_texts(question: str, texts: list[str]) -> list[Scored]:
+    """Every sentence of every text, scored against the question; `Scored.index` is the text's place in `texts`."""
+    units = [(i, s) for i, text in enumerate(texts) for s in split_sentences(text)]
     if not units:
         return []
     terms = [content_words(s.text) for _, s in units]

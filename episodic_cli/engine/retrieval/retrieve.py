@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,6 +80,7 @@ def retrieve(
     allowed: set[int] | None = None,
     boosted: set[int] | None = None,
     damaged: list[EventDamagedError] | None = None,
+    passage_ranking: Callable[[list[EventRecord]], list[tuple[int, float]]] | None = None,
 ) -> list[RetrievedEvent]:
     """Top-k events by fused similarity, each with +-`neighbours` adjacent events, de-duplicated, in document order,
     holding at most `token_budget` tokens (the best hit is always kept).
@@ -91,6 +93,11 @@ def retrieve(
     if lexical:
         rankings.append(store.search_lexical(question, pool, within=allowed))
     fused = with_leaders_first(fuse(rankings), rankings)
+    if passage_ranking is not None and fused:
+        # The candidates both channels found, ranked again by their best sentence, as a third fused ranking; only
+        # the first two channels' leaders are seated first (passage_rank.py).
+        candidates = store.get_events([i for i, _ in fused], [])  # a damaged one is named when it is a hit
+        fused = with_leaders_first(fuse(rankings + [passage_ranking(candidates)]), rankings)
     inside = boosted if allowed is None or boosted is None else boosted & allowed
     if inside:
         # The best event of the named symbols goes first, the others keep their places: a question often names a
