@@ -386,13 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tag", default=None, help="write bench/results/heldout-TAG.json and .md (docs/ untouched)")
     ap.add_argument("--passage-ranking", choices=("on", "off"), default=None,
                     help="rank the candidates by their best sentence too (default: epi's; budgets.PASSAGE_RANKING)")
-    ap.add_argument("--recap", type=int, default=None,
-                    help="kv mode, whole events: read this many best sentences again after the blocks (a variant)")
     args = ap.parse_args(argv)
-    if args.recap is not None:
-        from episodic_cli.engine import workspace
-
-        workspace.ANSWER_RECAP_SENTENCES = args.recap
     if args.passage_ranking:
         from episodic_cli.engine import workspace
 

@@ -63,6 +63,3 @@ NAMED_OPENING_TOKENS = 512
 # Rank the retrieval's candidates a third time, by their best sentence (retrieval/passage_rank.py); measured on
 # every lookup set (docs/heldout.md, "Candidates ranked by their best sentence").
 PASSAGE_RANKING = False
-# kv mode reading whole events: this many of their best sentences read again after the blocks, nearest the question
-# (a variant; 0: none).
-ANSWER_RECAP_SENTENCES = 0

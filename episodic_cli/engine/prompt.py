@@ -82,14 +82,13 @@ def focused_messages(question: str, quotes: list[str], history: list[dict[str, s
 
 
 def kv_messages(question: str, n_blocks: int, history: list[dict[str, str]] | None = None,
-                quotes: list[str] | None = None, recap: list[str] | None = None) -> list[dict[str, str]]:
+                quotes: list[str] | None = None) -> list[dict[str, str]]:
     """kv mode's prompt: the sources are the blocks themselves (no per-source headers: every decoded token between
     blocks costs time, and epi shows the citations beside the answer); earlier turns follow the blocks. With
     `quotes` (narrowed evidence: a few sentences) they are the sources instead, numbered as text mode numbers them,
     and decoded behind the sink: measured on the held-out sets, the small model answers far better from the right
     sentences alone than from whole blocks, and better from them as text than from their cells cut out of the
-    blocks (docs/evaluation.md, 2026-11-23). `recap`: after the blocks, these sentences of them again, as text,
-    nearest the question (a variant: budgets.ANSWER_RECAP_SENTENCES)."""
+    blocks (docs/evaluation.md, 2026-11-23)."""
     question = clean_question(question)
     earlier = "".join(
         f"{'User' if m['role'] == 'user' else 'You'}: {clean_question(m['content']).strip()}\n" for m in history or []
@@ -99,9 +98,7 @@ def kv_messages(question: str, n_blocks: int, history: list[dict[str, str]] | No
     if quotes:  # narrowed evidence (engine/retrieval/evidence.py), decoded as text right after the sink
         user = f"Sources:\n\n{BLOCK_MARK}{listed}\n\n{earlier}Question: {question}"
     elif n_blocks:
-        again = "\n".join(f"- {q.strip()}" for q in recap or [])
-        again = f"The lines of the sources that match the question best:\n{again}\n\n" if again else ""
-        user = f"Sources:\n\n{BLOCK_MARK * (n_blocks + 1)}\n\n{again}{earlier}Question: {question}"
+        user = f"Sources:\n\n{BLOCK_MARK * (n_blocks + 1)}\n\n{earlier}Question: {question}"
     else:
         user = f"(No sources were found in the archive.)\n\n{earlier}Question: {question}"
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]

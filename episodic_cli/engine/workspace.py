@@ -24,7 +24,7 @@ from .ask_options import AskOptions
 from .budgets import (ANSWER_CONTEXT, ANSWER_TOKENS, EVERY_PART_ANSWER_TOKENS, EVERY_PART_LINE_TOKENS,
                       EVIDENCE_BUDGET, LAYER_BUDGET, LAYERED_ANCHOR_TOKENS, LAYERED_POOL_K, MAX_POOL, MIN_SOURCE_ROOM,
                       NAMED_OPENING_TOKENS, NAMED_WHOLE_READ, NOTE_TOKENS, NOTES_CHUNK_TOKENS, OVERVIEW_CHARS,
-                      PASSAGE_RANKING, PROMPT_OVERHEAD, ANSWER_RECAP_SENTENCES, QUESTION_ROOM, RELINK_TOKENS, SUMMARY_TOKENS, WARM_RUN_TOKENS,
+                      PASSAGE_RANKING, PROMPT_OVERHEAD, QUESTION_ROOM, RELINK_TOKENS, SUMMARY_TOKENS, WARM_RUN_TOKENS,
                       WHOLE_ANSWER_TOKENS, WHOLE_CONTEXT)
 from .documents.structure import describe as describe_section
 from .embed.embedder import EMBED_DIM, EMBEDDER_NAME, KNOWN_NAMES, Embedder
@@ -42,7 +42,6 @@ from .llama.models import BUNDLED_MODEL_FILE, PreparedModel, prepare_model
 from .paths import cache_dir, store_path
 from .retrieval.evidence import SentenceSupport, Support, readable, support, support_by_sentence
 from .retrieval import cold_reading
-from .retrieval.evidence import focus as evidence_focus
 from .retrieval.evidence import narrow as evidence_narrow
 from .retrieval.passage_rank import best_sentence_ranking
 from .retrieval.retrieve import RetrievedEvent, relevance_order, retrieve
@@ -618,13 +617,10 @@ class Workspace:
                 kept_ids = {id(r) for r in kept}
                 weights = None if weights is None else [w for r, w in zip(read, weights) if id(r) in kept_ids]
                 read = result.retrieved = kept
-        kv_only = {"excerpts": excerpts} if excerpts else {}  # fit_cold's passages
-        if ANSWER_RECAP_SENTENCES and mode == "kv" and not layered and not focus:
-            kv_only["recap"] = [readable(read[s.index].event.text[s.span.start:s.span.end])
-                             for s in evidence_focus(search, read, ANSWER_RECAP_SENTENCES)]
+        cold = {"excerpts": excerpts} if excerpts else {}  # kv mode only (fit_cold)
         stream = answerer.stream(question, read, history, started, answer,
                                  max_tokens=capped(ANSWER_TOKENS, options.answer_tokens), should_stop=should_stop,
-                                 weights=weights, spans=spans, lead_spans=lead_spans or None, **kv_only)
+                                 weights=weights, spans=spans, lead_spans=lead_spans or None, **cold)
         return result, self._timing_cold(stream, answerer)
 
     def _asked_tokens(self, question: str, history: list[dict[str, str]] | None) -> int:

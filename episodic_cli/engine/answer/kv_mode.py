@@ -96,16 +96,16 @@ class KVModeAnswerer:
                started: float, answer: Answer, max_tokens: int = ANSWER_TOKENS,
                should_stop: Callable[[], bool] | None = None, weights: list[float] | None = None,
                spans: list[list[tuple[int, int]]] | None = None, lead_spans: list[str] | None = None,
-               excerpts: dict[int, str] | None = None, recap: list[str] | None = None) -> Iterator[str]:
+               excerpts: dict[int, str] | None = None) -> Iterator[str]:
         """Assemble the cache (keeping what the previous question left that still applies) and stream the answer.
         `weights[i]` scales event i's V rows when its block is loaded (EpMAN weighting; None: all 1.0; an event
         prepared from text is not weighted). `spans[i]`: narrowed evidence, the character spans of event i to read;
         they are decoded as text behind the sink instead of loading the blocks (kv_messages). `lead_spans`: the
         answer starts with the likeliest of these (engine/answer/short_answer.py). `excerpts[event id]`: the text
         read in place of that event's block (its passages that match the question, when its block is not prepared:
-        engine/retrieval/cold_reading.py). `recap`: sentences read again after the blocks (prompt.kv_messages)."""
+        engine/retrieval/cold_reading.py)."""
         t0 = time.perf_counter()
-        parts = self._plan(question, retrieved, history, weights, spans, excerpts, recap)
+        parts = self._plan(question, retrieved, history, weights, spans, excerpts)
         keep = self._shared_prefix(parts)
         pos = self._layout[keep - 1][1] if keep else 0
         answer.reused_tokens = pos
@@ -193,11 +193,11 @@ class KVModeAnswerer:
 
     def _plan(self, question: str, retrieved: list[RetrievedEvent], history: list[dict[str, str]] | None,
               weights: list[float] | None, spans: list[list[tuple[int, int]]] | None = None,
-              excerpts: dict[int, str] | None = None, recap: list[str] | None = None) -> list[Part]:
+              excerpts: dict[int, str] | None = None) -> list[Part]:
         quotes = None
         if spans is not None:
             quotes, retrieved = [readable(r.event.text[a:b]) for r, ss in zip(retrieved, spans) for a, b in ss], []
-        rendered = self.model.apply_chat_template(kv_messages(question, len(retrieved), history, quotes, recap))
+        rendered = self.model.apply_chat_template(kv_messages(question, len(retrieved), history, quotes))
         texts = rendered.split(BLOCK_MARK)
         # With blocks, texts[0] is the question-free prefix `sink_tokens` renders (the ingest sink), tokenized alike.
         parts = [Part(("text", _digest(texts[0])), self.model.tokenize(texts[0], special=True))]
