@@ -92,12 +92,14 @@ def retrieve(
     rankings = [store.search_dense(query_vector, pool, within=allowed)]
     if lexical:
         rankings.append(store.search_lexical(question, pool, within=allowed))
-    fused = with_leaders_first(fuse(rankings), rankings)
-    if passage_ranking is not None and fused:
+    channels = rankings
+    candidate_ids = list(dict.fromkeys(i for ranking in rankings for i, _ in ranking))
+    if passage_ranking is not None and candidate_ids:
         # The candidates both channels found, ranked again by their best sentence, as a third fused ranking; only
         # the first two channels' leaders are seated first (passage_rank.py).
-        candidates = store.get_events([i for i, _ in fused], [])  # a damaged one is named when it is a hit
-        fused = with_leaders_first(fuse(rankings + [passage_ranking(candidates)]), rankings)
+        candidates = store.get_events(candidate_ids, [])  # a damaged one is named when it is a hit
+        channels = rankings + [passage_ranking(candidates)]
+    fused = with_leaders_first(fuse(channels), rankings)
     inside = boosted if allowed is None or boosted is None else boosted & allowed
     if inside:
         # The best event of the named symbols goes first, the others keep their places: a question often names a
