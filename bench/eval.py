@@ -34,6 +34,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import generators as gen  # noqa: E402
 
+from episodic_cli.engine.answer.records import SecondLook  # noqa: E402
 from episodic_cli.engine.ask_options import AskOptions  # noqa: E402
 from episodic_cli.engine.llama import layer_visibility  # noqa: E402
 from episodic_cli.engine.prompt import SYSTEM_PROMPT, build_messages, sources_turn  # noqa: E402
@@ -394,8 +395,8 @@ def ask_once(ws: Workspace, store: Store, question: str, gold_text: str, warning
     del warnings[:]
     t0, c0 = time.perf_counter(), time.process_time()
     result, stream = ws.ask(store, question, options, should_stop=lambda: n_pieces >= max_tokens)
-    for _ in stream:
-        n_pieces += 1
+    for piece in stream:
+        n_pieces = 0 if isinstance(piece, SecondLook) else n_pieces + 1  # each answer gets max_tokens
     secs = time.perf_counter() - t0
     a = result.answer
     return result, {"mode": result.mode, "events": event_keys(result.retrieved),

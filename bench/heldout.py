@@ -139,6 +139,14 @@ def ask(ws: Workspace, store, question: dict, mode: str, warnings: list[str], sh
     row = {"qid": question["qid"], **row, "retrieved_tokens": sum(r.n_tokens for r in result.retrieved)}
     row.update(score_answer(row["answer"], question["answer"]))
     row["supported"] = bool(result.support().supported)  # evidence quotes hold the answer's own words
+    # --second-look on: the answer it set aside (its scores are those of the run without it), and the seconds from
+    # the question to the end of the answer read again
+    first = result.first_answer
+    row["first_answer"] = None if first is None else first.text.strip()
+    row["first_contains"] = None if first is None else score_answer(first.text.strip(), question["answer"])["contains"]
+    if first is not None:
+        row["first_token_s"] = round(first.timings.first_token_s, 3)  # what the user sees first
+        row["second_look_done_s"] = round(result.answer.timings.total_s, 3)
     # the evidence span the answer started with (engine/answer/short_answer.py), and whether it alone is right
     row["short_answer"] = result.answer.short
     row["short_contains"] = score_answer(result.answer.short, question["answer"])["contains"] if result.answer.short \
@@ -386,7 +394,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tag", default=None, help="write bench/results/heldout-TAG.json and .md (docs/ untouched)")
     ap.add_argument("--passage-ranking", choices=("on", "off"), default=None,
                     help="rank the candidates by their best sentence too (default: epi's; budgets.PASSAGE_RANKING)")
+    ap.add_argument("--second-look", choices=("on", "off"), default=None,
+                    help="answer an unsupported lookup again from the best passages (default: epi's; "
+                    "budgets.SECOND_LOOK); each row keeps the answer set aside and its score")
     args = ap.parse_args(argv)
+    if args.second_look:
+        from episodic_cli.engine import workspace
+
+        workspace.SECOND_LOOK = args.second_look == "on"
     if args.passage_ranking:
         from episodic_cli.engine import workspace
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .engine.answer.map_writer import MapProgress
+from .engine.answer.records import SecondLook
 from .engine.ask_options import AskOptions, check_pool
 from .engine.budgets import COLD_PREFILL_SECONDS, DEFAULT_K
 from .engine.documents.blocks import BLOCK_KINDS
@@ -54,7 +55,7 @@ from .store import Store, StoreError
 from .store.summaries import COLLECTION, DOCUMENT, PART, SummaryRecord, current_collections
 
 __all__ = ["Archive", "Answer", "Quote", "SentenceEvidence", "Source", "Timings", "Hit", "Event", "Document",
-           "Summary", "Outline", "OutlineNode", "IngestReport", "IngestResult", "EpiError", "StoreError"]
+           "Summary", "Outline", "OutlineNode", "IngestReport", "IngestResult", "SecondLook", "EpiError", "StoreError"]
 
 log = logging.getLogger("episodic_cli")
 READ_CHOICES = ("auto", "lookup", "whole", "overview")
@@ -205,6 +206,9 @@ class Answer(_Record):
     search: str | None = None     # what retrieval looked for, when not the question (a follow-up's rewrite)
     left_out: list[int] = field(default_factory=list)  # retrieved events not read: no KV block yet, no time
     notes: list[str] = field(default_factory=list)     # warnings said while answering
+    # the answer set aside by a second look: no sentence of the sources held its words, and `text` is the answer
+    # read again from the passages that match the question best
+    first_answer: str | None = None
 
     def __str__(self) -> str:
         return self.text
@@ -398,6 +402,7 @@ def answer_of(result: EngineResult, notes: list[str] | None = None) -> Answer:
         short=result.answer.short, reading=result.reading,
         scope=None if result.scope is None else result.scope.described, search=result.search,
         left_out=[r.event.id for r in result.left_cold],
+        first_answer=None if result.first_answer is None else result.first_answer.text.strip(),
         notes=list(notes or []) + (list(result.scope.notes) if result.scope is not None else []))
 
 
@@ -578,8 +583,10 @@ class Archive:
 
     def ask_stream(self, question: str, on_begin: Callable[[EngineResult], None] | None = None,
                    **options) -> Iterator[str | Answer]:
-        """The answer's text as it is generated, piece by piece (str), then the finished Answer. Takes ask()'s
-        options; closing the iterator early stops the generation. `on_begin(result)`: the engine's result once
+        """The answer's text as it is generated, piece by piece (str), then the finished Answer. A `SecondLook`
+        piece (a str, a blank line) means that the text before it is set aside and the answer begins again (no
+        sentence of the sources held its words; Answer.first_answer keeps it). Takes ask()'s options; closing the
+        iterator early stops the generation. `on_begin(result)`: the engine's result once
         retrieval is done, before the answer is read and generated (what will be read: `result.retrieved`)."""
         notes: list[str] = []
         self._not_answering()

@@ -34,7 +34,7 @@ from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 from mcp.types import CallToolResult, Resource, TextContent, ToolAnnotations
 
 from . import __version__
-from .api import Answer, Archive, Document, Event, Hit, Summary, whole_number
+from .api import Answer, Archive, Document, Event, Hit, SecondLook, Summary, whole_number
 from .engine.errors import EpiError, NotFound
 from .store import StoreError
 
@@ -181,6 +181,10 @@ class Engine:
                         answer = item
                     elif isinstance(item, _Status):
                         await notes.progress(item.message)
+                    elif isinstance(item, SecondLook):  # the answer begins again: the progress shows the new one
+                        text, shown = "", ""
+                        await notes.progress("no sentence of the sources holds that answer; reading the best "
+                                             "passages again")
                     else:
                         text += item
                         now = time.perf_counter()

@@ -23,6 +23,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from .engine.answer.records import SecondLook
 from .engine.retrieval.citations import citation, place_words, printable
 from .engine.ingest.pipeline import IngestResult
 from .engine.retrieval.retrieve import RetrievedEvent
@@ -368,9 +369,14 @@ def ingest_summary(results: list[IngestResult], store_dir: Path) -> None:
 
 def stream_answer(stream: Iterable[str], shown: list[str] | None = None) -> str:
     """Print the answer as it streams; `shown` collects the pieces printed, so that a caller stopped by Ctrl-C
-    keeps what the user saw."""
+    keeps what the user saw (after a second look, of the answer read again only)."""
     shown = [] if shown is None else shown
     for piece in stream:
+        if isinstance(piece, SecondLook):  # the answer so far is set aside: what follows replaces it
+            shown.clear()
+            out.print("\n[dim]No sentence of the sources holds that answer; read again from the passages that match "
+                      "the question best:[/]")
+            continue
         shown.append(piece)
         out.print(piece, end="", markup=False)
     out.print()

@@ -17,15 +17,15 @@ from .answer.kv_mode import KVModeAnswerer, PrepareProgress, event_block_key
 from .answer.layered import LayeredAnswerer
 from .answer.notes import NoteTaker, stream_notes_answer
 from .answer.prefetch import likely_next, retrieved_event
-from .answer.records import Answer
+from .answer.records import Answer, SecondLook
 from .answer.short_answer import answer_spans, asks_for_a_fact
 from .answer.text_mode import TextModeAnswerer
 from .ask_options import AskOptions
 from .budgets import (ANSWER_CONTEXT, ANSWER_TOKENS, EVERY_PART_ANSWER_TOKENS, EVERY_PART_LINE_TOKENS,
                       EVIDENCE_BUDGET, LAYER_BUDGET, LAYERED_ANCHOR_TOKENS, LAYERED_POOL_K, MAX_POOL, MIN_SOURCE_ROOM,
                       NAMED_OPENING_TOKENS, NAMED_WHOLE_READ, NOTE_TOKENS, NOTES_CHUNK_TOKENS, OVERVIEW_CHARS,
-                      PASSAGE_RANKING, PROMPT_OVERHEAD, QUESTION_ROOM, RELINK_TOKENS, SUMMARY_TOKENS, WARM_RUN_TOKENS,
-                      WHOLE_ANSWER_TOKENS, WHOLE_CONTEXT)
+                      PASSAGE_RANKING, PROMPT_OVERHEAD, QUESTION_ROOM, RELINK_TOKENS, SECOND_LOOK, SECOND_LOOK_TOKENS,
+                      SUMMARY_TOKENS, WARM_RUN_TOKENS, WHOLE_ANSWER_TOKENS, WHOLE_CONTEXT)
 from .documents.structure import describe as describe_section
 from .embed.embedder import EMBED_DIM, EMBEDDER_NAME, KNOWN_NAMES, Embedder
 from .embed.reembed import ReembedProgress, reembed
@@ -86,6 +86,9 @@ class AskResult:
     # (sentence, quotes) -> the answer model's probability that the quotes state it (answer/claim_check.py), or
     # None when it could not be checked
     check_claim: Callable[[str, list[str]], float | None] | None = None
+    # the answer set aside by a second look (its words were in no sentence of the sources); `answer` is the one read
+    # again from the passages that match the question best (Workspace._second_look)
+    first_answer: Answer | None = None
 
     def sentence_support(self) -> list[SentenceSupport]:
         """Each sentence of the answer with the quote that supports it, or none (computed once complete); with
@@ -164,6 +167,9 @@ class AskResult:
             # the sentences of the sources that hold the answer's own words; supported: see supported()
             "evidence": self.evidence_json(),
             "supported": self.supported(),
+            # the answer set aside because no sentence of the sources held its words (null: none was); "answer" is
+            # then the one read again from the best passages
+            "first_answer": None if self.first_answer is None else self.first_answer.text.strip(),
             # the answer read only the sentences that match the question best (false: the retrieved events whole)
             "narrowed": bool(self.focus),
             # --layered: the pool loaded and, per layer, how many of its blocks that layer's query selected
@@ -618,10 +624,38 @@ class Workspace:
                 weights = None if weights is None else [w for r, w in zip(read, weights) if id(r) in kept_ids]
                 read = result.retrieved = kept
         cold = {"excerpts": excerpts} if excerpts else {}  # kv mode only (fit_cold)
-        stream = answerer.stream(question, read, history, started, answer,
-                                 max_tokens=capped(ANSWER_TOKENS, options.answer_tokens), should_stop=should_stop,
-                                 weights=weights, spans=spans, lead_spans=lead_spans or None, **cold)
+        max_tokens = capped(ANSWER_TOKENS, options.answer_tokens)
+        stream = answerer.stream(question, read, history, started, answer, max_tokens=max_tokens,
+                                 should_stop=should_stop, weights=weights, spans=spans, lead_spans=lead_spans or None,
+                                 **cold)
+        if SECOND_LOOK and mode == "kv" and not layered and not focus and not excerpts:
+            stream = self._second_look(stream, result, answerer, search, history, started, max_tokens, should_stop)
         return result, self._timing_cold(stream, answerer)
+
+    def _second_look(self, first: Iterator[str], result: AskResult, answerer: KVModeAnswerer, search: str,
+                     history: list[dict[str, str]] | None, started: float, max_tokens: int,
+                     should_stop: Callable[[], bool] | None) -> Iterator[str]:
+        """The first answer's pieces; then, when no sentence of the sources holds its own words, a SecondLook piece
+        and the answer read again: the passages of the retrieved events that match the question best (each
+        sentence with its neighbours, as a cold question reads them: engine/retrieval/cold_reading.py), decoded as
+        text after the sink, SECOND_LOOK_TOKENS at most. The small model copies from a few sentences near the
+        question more faithfully than from ~2k tokens of blocks (docs/heldout.md, "A second look")."""
+        yield from first
+        if result.support().supported or (should_stop is not None and should_stop()):
+            return
+        read = result.retrieved
+        reading = cold_reading.choose(search, read, list(range(len(read))), SECOND_LOOK_TOKENS,
+                                      lambda t: len(self.model.tokenize(t)))
+        if not reading.passages:  # no sentence matches the question: reading the same events again says the same
+            return
+        excerpts = {read[i].event.id: reading.excerpt(read[i], i) for i in reading.passages}
+        again = Answer()
+        again.timings.retrieve_s = result.answer.timings.retrieve_s
+        yield SecondLook()
+        yield from answerer.stream(result.question, [r for i, r in enumerate(read) if i not in reading.left],
+                                   history, started, again, max_tokens=max_tokens, should_stop=should_stop,
+                                   excerpts=excerpts)
+        result.first_answer, result.answer = result.answer, again
 
     def _asked_tokens(self, question: str, history: list[dict[str, str]] | None) -> int:
         """Tokens of the question and the chat history the model reads besides the sources."""

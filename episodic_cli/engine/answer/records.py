@@ -38,6 +38,15 @@ class LayeredReport:
                 "load_s": round(self.load_s, 4), "probe_s": round(self.probe_s, 4)}
 
 
+class SecondLook(str):
+    """The piece of an answer's stream that sets aside the answer before it: none of the sources' sentences held its
+    own words, and the text after it is the answer read again from the passages that match the question best
+    (Workspace._second_look). Its text is the blank line between the two."""
+
+    def __new__(cls) -> "SecondLook":
+        return super().__new__(cls, "\n\n")
+
+
 @dataclass
 class Timings:
     retrieve_s: float = 0.0

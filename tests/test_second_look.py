@@ -1,0 +1,77 @@
+"""The second look (Workspace._second_look), with the real model on the shared store: a lookup whose answer no
+sentence of the sources holds is answered again from the passages that match the question best, read as text; a
+supported answer is left as it is."""
+from __future__ import annotations
+
+from conftest import TEXT_QUESTION, workspace_for
+
+from episodic_cli.engine import workspace
+from episodic_cli.engine.answer.records import SecondLook
+from episodic_cli.engine.ask_options import AskOptions
+from episodic_cli.engine.budgets import SECOND_LOOK_TOKENS
+from episodic_cli.engine.retrieval.evidence import support
+from episodic_cli.store import Store
+
+
+def _ask(ws, st, question: str, **options):
+    result, stream = ws.ask(st, question, AskOptions(mode="kv", narrow=False, cold_seconds=None, **options))
+    return result, list(stream)
+
+
+def test_an_unsupported_answer_is_read_again_from_the_best_passages(engine, shared_store, monkeypatch):
+    monkeypatch.setattr(workspace, "SECOND_LOOK", True)
+    ws = workspace_for(engine, shared_store.store_dir)
+    with Store.open_existing(shared_store.store_dir) as st:
+        # one token ("Il", of "Ilse") holds no word of the sources: no sentence supports it
+        result, pieces = _ask(ws, st, TEXT_QUESTION, answer_tokens=1)
+        assert sum(isinstance(p, SecondLook) for p in pieces) == 1
+        at = next(i for i, p in enumerate(pieces) if isinstance(p, SecondLook))
+        first, again = result.first_answer, result.answer
+        assert first is not None and first.text == "".join(pieces[:at])
+        assert not support(TEXT_QUESTION, first.text, result.retrieved).supported
+        assert again.text == "".join(pieces[at + 1:]) and again.text
+        # read again: the passages (within SECOND_LOOK_TOKENS) in place of the ~2k tokens of whole blocks
+        assert again.prompt_tokens < first.prompt_tokens
+        assert again.kv_loaded_tokens < first.kv_loaded_tokens
+        assert result.as_json()["first_answer"] == first.text.strip()
+        assert result.as_json()["answer"] == again.text.strip()
+        assert sum(r.n_tokens for r in result.retrieved) > SECOND_LOOK_TOKENS  # so the passages are a choice
+    ws.close()
+
+
+def test_a_supported_answer_is_kept_and_the_option_off_changes_nothing(engine, shared_store, monkeypatch):
+    ws = workspace_for(engine, shared_store.store_dir)
+    with Store.open_existing(shared_store.store_dir) as st:
+        monkeypatch.setattr(workspace, "SECOND_LOOK", True)
+        result, pieces = _ask(ws, st, TEXT_QUESTION)
+        assert "QUILLFEATHER" in result.answer.text  # the planted fact, found in the blocks
+        assert result.support().supported
+        assert result.first_answer is None and not any(isinstance(p, SecondLook) for p in pieces)
+        monkeypatch.setattr(workspace, "SECOND_LOOK", False)
+        off, pieces = _ask(ws, st, TEXT_QUESTION, answer_tokens=1)
+        assert off.first_answer is None and not any(isinstance(p, SecondLook) for p in pieces)
+    ws.close()
+
+
+def test_no_second_look_when_it_would_read_the_same_events_whole(engine, shared_store, monkeypatch):
+    monkeypatch.setattr(workspace, "SECOND_LOOK", True)
+    ws = workspace_for(engine, shared_store.store_dir)
+    with Store.open_existing(shared_store.store_dir) as st:
+        result, pieces = _ask(ws, st, TEXT_QUESTION, k=1, answer_tokens=1)
+        assert sum(r.n_tokens for r in result.retrieved) <= SECOND_LOOK_TOKENS  # all of it fits the second look
+        assert not result.support().supported
+        assert result.first_answer is None and not any(isinstance(p, SecondLook) for p in pieces)
+    ws.close()
+
+
+def test_the_terminal_says_the_answer_is_read_again_and_keeps_only_the_new_one(monkeypatch):
+    from rich.console import Console
+
+    from episodic_cli import render
+
+    monkeypatch.setattr(render, "out", Console(record=True, width=200))
+    shown: list[str] = []
+    text = render.stream_answer(iter(["It is ", "dw.", SecondLook(), "It is ", "d4w."]), shown)
+    printed = render.out.export_text()
+    assert printed.index("dw.") < printed.index("read again from the passages") < printed.index("d4w.")
+    assert text == "".join(shown) == "It is d4w."  # what a chat keeps of the turn
