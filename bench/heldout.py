@@ -146,6 +146,7 @@ def ask(ws: Workspace, store, question: dict, mode: str, warnings: list[str], sh
     row["first_contains"] = None if first is None else score_answer(first.text.strip(), question["answer"])["contains"]
     if first is not None:
         row["first_token_s"] = round(first.timings.first_token_s, 3)  # what the user sees first
+        row["first_done_s"] = round(first.timings.total_s, 3)  # where the answer would have ended without it
         row["second_look_done_s"] = round(result.answer.timings.total_s, 3)
     # the evidence span the answer started with (engine/answer/short_answer.py), and whether it alone is right
     row["short_answer"] = result.answer.short
@@ -395,13 +396,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--passage-ranking", choices=("on", "off"), default=None,
                     help="rank the candidates by their best sentence too (default: epi's; budgets.PASSAGE_RANKING)")
     ap.add_argument("--second-look", choices=("on", "off"), default=None,
-                    help="answer an unsupported lookup again from the best passages (default: epi's; "
-                    "budgets.SECOND_LOOK); each row keeps the answer set aside and its score")
+                    help="answer an unsupported lookup again from the best passages (default: epi ask's; "
+                    "--no-second-look); each row keeps the answer set aside and its score")
     args = ap.parse_args(argv)
     if args.second_look:
-        from episodic_cli.engine import workspace
-
-        workspace.SECOND_LOOK = args.second_look == "on"
+        global BENCH_OPTIONS
+        BENCH_OPTIONS = replace(BENCH_OPTIONS, second_look=args.second_look == "on")
     if args.passage_ranking:
         from episodic_cli.engine import workspace
 

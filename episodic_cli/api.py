@@ -32,7 +32,7 @@ from pathlib import Path
 from .engine.answer.map_writer import MapProgress
 from .engine.answer.records import SecondLook
 from .engine.ask_options import AskOptions, check_pool
-from .engine.budgets import COLD_PREFILL_SECONDS, DEFAULT_K
+from .engine.budgets import COLD_PREFILL_SECONDS, DEFAULT_K, SECOND_LOOK
 from .engine.documents.blocks import BLOCK_KINDS
 from .engine.documents.sources import Skipped, discover, document_format
 from .engine.documents.structure import all_paths, describe, describe_node, number_value, parse_heading
@@ -546,8 +546,8 @@ class Archive:
               read: str | QuestionKind | None = "auto", history: Iterable | None = None, mode: str | None = None,
               neighbours: int = 1, narrow: bool | None = None, short: bool = True, layered: bool = False,
               pool: int | None = None, epman: bool = False, cold_seconds: float | None = COLD_PREFILL_SECONDS,
-              should_stop: Callable[[], bool] | None = None,
-              answer_tokens: int | None = None) -> tuple[EngineResult, Iterator[str]]:
+              should_stop: Callable[[], bool] | None = None, answer_tokens: int | None = None,
+              second_look: bool = SECOND_LOOK) -> tuple[EngineResult, Iterator[str]]:
         """The engine's side of a question: its result (filled in as the stream is read) and the answer stream.
         What `epi ask` renders; ask() and ask_stream() turn it into an Answer. The keywords are the engine's
         AskOptions (engine/ask_options.py) under the names `epi ask` gives them; `pool` sizes the layered pool."""
@@ -557,7 +557,7 @@ class Archive:
         check_question_length(question)
         options = self.check_options(k=k, doc=doc, read=read, mode=mode, neighbours=neighbours, narrow=narrow,
                                      short=short, layered=layered, pool=pool, epman=epman, cold_seconds=cold_seconds,
-                                     answer_tokens=answer_tokens)
+                                     answer_tokens=answer_tokens, second_look=second_look)
         st = self.store  # made ready, and refreshed, by check_options just now
         self.workspace.layered_pool = pool or 0
         turns = _history(history)
@@ -568,13 +568,13 @@ class Archive:
                       read: str | QuestionKind | None = "auto", mode: str | None = None, neighbours: int = 1,
                       narrow: bool | None = None, short: bool = True, layered: bool = False, pool: int | None = None,
                       epman: bool = False, cold_seconds: float | None = COLD_PREFILL_SECONDS,
-                      answer_tokens: int | None = None) -> AskOptions:
+                      answer_tokens: int | None = None, second_look: bool = SECOND_LOOK) -> AskOptions:
         """begin()'s options as the engine's record, checked against each other and the store (its mode when none
         is named, the --doc globs) without loading a model: `epi ask` refuses a combination before the model loads."""
         globs = [doc] if isinstance(doc, str) else list(doc) if doc else None
         options = AskOptions(k=k, mode=mode, neighbours=neighbours, docs=globs, narrow=narrow, short=short,
                              layered=layered, epman=epman, cold_seconds=cold_seconds, kind=read_kind(read),
-                             answer_tokens=answer_tokens)
+                             answer_tokens=answer_tokens, second_look=second_look)
         check_pool(pool, layered)
         st = self._ready()
         check_doc_globs(st, globs)
@@ -617,9 +617,9 @@ class Archive:
         part the question names, whole) or "overview" (the map's summaries); `history`: earlier turns (Answers,
         (question, answer) pairs or {"role", "content"} dicts): the question is then a follow-up, rewritten into
         the standalone question it means for retrieval. More options, as `epi ask` names them: mode ("kv",
-        "text"), neighbours, narrow, short, layered, pool, epman, cold_seconds, should_stop; and `answer_tokens`, the
-        most tokens the answer may take (fewer than the default 256, 384 for a part read whole, or up to 1,024 for
-        a question about each part in turn, cuts it short)."""
+        "text"), neighbours, narrow, short, second_look, layered, pool, epman, cold_seconds, should_stop; and
+        `answer_tokens`, the most tokens the answer may take (fewer than the default 256, 384 for a part read
+        whole, or up to 1,024 for a question about each part in turn, cuts it short)."""
         answer = None
         for piece in self.ask_stream(question, k=k, doc=doc, read=read, history=history, **options):
             if isinstance(piece, Answer):

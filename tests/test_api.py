@@ -113,11 +113,9 @@ def test_answer_tokens_caps_the_answer(archive):
         archive.ask(TEXT_QUESTION, answer_tokens=0)
 
 
-def test_a_second_look_streams_its_marker_and_keeps_the_answer_set_aside(archive, monkeypatch):
+def test_a_second_look_streams_its_marker_and_keeps_the_answer_set_aside(archive):
     from episodic_cli import api
-    from episodic_cli.engine import workspace
 
-    monkeypatch.setattr(workspace, "SECOND_LOOK", True)
     # one token holds no word of the sources, so it is answered again (tests/test_second_look.py); at k=5 what
     # is retrieved is more than the second look reads (at k=1 it would read the same, and does not look again)
     *pieces, answer = archive.ask_stream(TEXT_QUESTION, narrow=False, mode="kv", answer_tokens=1)
@@ -126,6 +124,8 @@ def test_a_second_look_streams_its_marker_and_keeps_the_answer_set_aside(archive
     assert answer.first_answer == "".join(pieces[:at[0]]).strip()
     assert answer.text == "".join(pieces[at[0] + 1:]).strip()
     assert answer.as_json()["first_answer"] == answer.first_answer
+    off = archive.ask(TEXT_QUESTION, narrow=False, mode="kv", answer_tokens=1, second_look=False)
+    assert off.first_answer is None and off.text == answer.first_answer
 
 
 def test_a_follow_up_reads_the_earlier_turn(archive):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from conftest import TEXT_QUESTION, workspace_for
 
-from episodic_cli.engine import workspace
 from episodic_cli.engine.answer.records import SecondLook
 from episodic_cli.engine.ask_options import AskOptions
 from episodic_cli.engine.budgets import SECOND_LOOK_TOKENS
@@ -13,13 +12,12 @@ from episodic_cli.engine.retrieval.evidence import support
 from episodic_cli.store import Store
 
 
-def _ask(ws, st, question: str, **options):
+def _ask(ws, st, question: str, **options):  # the second look is on by default
     result, stream = ws.ask(st, question, AskOptions(mode="kv", narrow=False, cold_seconds=None, **options))
     return result, list(stream)
 
 
-def test_an_unsupported_answer_is_read_again_from_the_best_passages(engine, shared_store, monkeypatch):
-    monkeypatch.setattr(workspace, "SECOND_LOOK", True)
+def test_an_unsupported_answer_is_read_again_from_the_best_passages(engine, shared_store):
     ws = workspace_for(engine, shared_store.store_dir)
     with Store.open_existing(shared_store.store_dir) as st:
         # one token ("Il", of "Ilse") holds no word of the sources: no sentence supports it
@@ -39,22 +37,19 @@ def test_an_unsupported_answer_is_read_again_from_the_best_passages(engine, shar
     ws.close()
 
 
-def test_a_supported_answer_is_kept_and_the_option_off_changes_nothing(engine, shared_store, monkeypatch):
+def test_a_supported_answer_is_kept_and_the_option_off_changes_nothing(engine, shared_store):
     ws = workspace_for(engine, shared_store.store_dir)
     with Store.open_existing(shared_store.store_dir) as st:
-        monkeypatch.setattr(workspace, "SECOND_LOOK", True)
         result, pieces = _ask(ws, st, TEXT_QUESTION)
         assert "QUILLFEATHER" in result.answer.text  # the planted fact, found in the blocks
         assert result.support().supported
         assert result.first_answer is None and not any(isinstance(p, SecondLook) for p in pieces)
-        monkeypatch.setattr(workspace, "SECOND_LOOK", False)
-        off, pieces = _ask(ws, st, TEXT_QUESTION, answer_tokens=1)
+        off, pieces = _ask(ws, st, TEXT_QUESTION, answer_tokens=1, second_look=False)
         assert off.first_answer is None and not any(isinstance(p, SecondLook) for p in pieces)
     ws.close()
 
 
-def test_no_second_look_when_it_would_read_the_same_events_whole(engine, shared_store, monkeypatch):
-    monkeypatch.setattr(workspace, "SECOND_LOOK", True)
+def test_no_second_look_when_it_would_read_the_same_events_whole(engine, shared_store):
     ws = workspace_for(engine, shared_store.store_dir)
     with Store.open_existing(shared_store.store_dir) as st:
         result, pieces = _ask(ws, st, TEXT_QUESTION, k=1, answer_tokens=1)

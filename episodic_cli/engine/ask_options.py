@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .budgets import COLD_PREFILL_SECONDS, DEFAULT_K, LAYER_BUDGET, POOL_TOKENS_RANGE, WHOLE_METHOD
+from .budgets import COLD_PREFILL_SECONDS, DEFAULT_K, LAYER_BUDGET, POOL_TOKENS_RANGE, SECOND_LOOK, WHOLE_METHOD
 from .errors import EpiError
 from .retrieval.question_kind import QuestionKind
 
@@ -34,7 +34,9 @@ class AskOptions:
     part is read whole: "read" (at once), "notes" (in chunks, notes on each, then the answer: answer/notes.py) or
     "outline" (at once, with a sentence from each stretch of it in the request: retrieval/outline.py).
     `answer_tokens`: the answer stops after at most this many tokens (None, or more than the path's own limit:
-    ANSWER_TOKENS for a lookup, WHOLE_ANSWER_TOKENS for a part read whole or the map).
+    ANSWER_TOKENS for a lookup, WHOLE_ANSWER_TOKENS for a part read whole or the map). `second_look`: a lookup read
+    from whole blocks whose answer no sentence of the sources holds is answered again from the passages that match
+    the question best (Workspace._second_look).
 
     A `mode` of None is checked against the kv-only choices once the store fills it in (Workspace.resolve)."""
 
@@ -50,6 +52,7 @@ class AskOptions:
     kind: QuestionKind | None = None
     whole_method: str = WHOLE_METHOD
     answer_tokens: int | None = None
+    second_look: bool = SECOND_LOOK
 
     def __post_init__(self) -> None:
         if self.docs is not None:

@@ -24,7 +24,7 @@ from .ask_options import AskOptions
 from .budgets import (ANSWER_CONTEXT, ANSWER_TOKENS, EVERY_PART_ANSWER_TOKENS, EVERY_PART_LINE_TOKENS,
                       EVIDENCE_BUDGET, LAYER_BUDGET, LAYERED_ANCHOR_TOKENS, LAYERED_POOL_K, MAX_POOL, MIN_SOURCE_ROOM,
                       NAMED_OPENING_TOKENS, NAMED_WHOLE_READ, NOTE_TOKENS, NOTES_CHUNK_TOKENS, OVERVIEW_CHARS,
-                      PASSAGE_RANKING, PROMPT_OVERHEAD, QUESTION_ROOM, RELINK_TOKENS, SECOND_LOOK, SECOND_LOOK_TOKENS,
+                      PASSAGE_RANKING, PROMPT_OVERHEAD, QUESTION_ROOM, RELINK_TOKENS, SECOND_LOOK_TOKENS,
                       SUMMARY_TOKENS, WARM_RUN_TOKENS, WHOLE_ANSWER_TOKENS, WHOLE_CONTEXT)
 from .documents.structure import describe as describe_section
 from .embed.embedder import EMBED_DIM, EMBEDDER_NAME, KNOWN_NAMES, Embedder
@@ -628,7 +628,7 @@ class Workspace:
         stream = answerer.stream(question, read, history, started, answer, max_tokens=max_tokens,
                                  should_stop=should_stop, weights=weights, spans=spans, lead_spans=lead_spans or None,
                                  **cold)
-        if SECOND_LOOK and mode == "kv" and not layered and not focus and not excerpts:
+        if options.second_look and mode == "kv" and not layered and not focus and not excerpts:
             stream = self._second_look(stream, result, answerer, search, history, started, max_tokens, should_stop)
         return result, self._timing_cold(stream, answerer)
 
