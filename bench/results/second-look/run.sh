@@ -1,0 +1,14 @@
+#!/bin/bash
+# How bench/results/second-look/ was made (2026-12-02, issue 36). Stores: one per set, read by the answer model (the
+# default ingest: `bench/heldout.py --retrieval --stores $S --only SET` ingests a missing one; sections-book is a copy
+# of book's, the same documents); the fresh sets' documents come from bench/heldout/named/fetch_docs.sh.
+. /work/venv/bin/activate
+S=/work/stores/s55 L=/work/logs/s55
+# the sets the second look was chosen on: the fresh ones and three seen ones
+python bench/heldout.py --sets bench/heldout/fresh --stores $S --modes kv --whole --second-look on --tag s55-fresh-look --out $L/ans-fresh
+python bench/heldout.py --stores $S --only book pdf-manual pdf-spec --modes kv --whole --second-look on --tag s55-seen-look --out $L/ans-seen
+# shown on the four unseen sets (during the last ingests), then both again on an otherwise idle machine (look2)
+python bench/heldout.py --stores $S --only code-truststore code-pluggy sections-book sections-manual --modes kv --whole --second-look on --tag s55-unseen-look --out $L/ans-unseen
+python bench/heldout.py --stores $S --only code-truststore code-pluggy sections-book sections-manual --modes kv --whole --second-look on --tag s55-unseen-look2 --out $L/ans-unseen2
+python bench/heldout.py --sets bench/heldout/fresh --stores $S --modes kv --whole --second-look on --tag s55-fresh-look2 --out $L/ans-fresh2
+# both ways from each run: python bench/second_look_compare.py bench/results/second-look/heldout-s55-*.json
