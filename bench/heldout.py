@@ -139,14 +139,13 @@ def ask(ws: Workspace, store, question: dict, mode: str, warnings: list[str], sh
     row = {"qid": question["qid"], **row, "retrieved_tokens": sum(r.n_tokens for r in result.retrieved)}
     row.update(score_answer(row["answer"], question["answer"]))
     row["supported"] = bool(result.support().supported)  # evidence quotes hold the answer's own words
-    # --second-look on: the answer it set aside (its scores are those of the run without it), and the seconds from
-    # the question to the end of the answer read again
+    # a second look: the answer it set aside (its score is the run's without it), and the seconds from the question
+    # to where that answer ended and to where the one read again did (first_token_s is the first answer's)
     first = result.first_answer
     row["first_answer"] = None if first is None else first.text.strip()
     row["first_contains"] = None if first is None else score_answer(first.text.strip(), question["answer"])["contains"]
     if first is not None:
-        row["first_token_s"] = round(first.timings.first_token_s, 3)  # what the user sees first
-        row["first_done_s"] = round(first.timings.total_s, 3)  # where the answer would have ended without it
+        row["first_done_s"] = round(first.timings.total_s, 3)
         row["second_look_done_s"] = round(result.answer.timings.total_s, 3)
     # the evidence span the answer started with (engine/answer/short_answer.py), and whether it alone is right
     row["short_answer"] = result.answer.short

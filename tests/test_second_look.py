@@ -33,6 +33,8 @@ def test_an_unsupported_answer_is_read_again_from_the_best_passages(engine, shar
         assert again.kv_loaded_tokens < first.kv_loaded_tokens
         assert result.as_json()["first_answer"] == first.text.strip()
         assert result.as_json()["answer"] == again.text.strip()
+        # the question's timings: its first token the first answer's, its end the second's
+        assert again.timings.first_token_s == first.timings.first_token_s < first.timings.total_s < again.timings.total_s
         assert sum(r.n_tokens for r in result.retrieved) > SECOND_LOOK_TOKENS  # so the passages are a choice
     ws.close()
 

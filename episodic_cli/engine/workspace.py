@@ -655,6 +655,8 @@ class Workspace:
         yield from answerer.stream(result.question, [r for i, r in enumerate(read) if i not in reading.left],
                                    history, started, again, max_tokens=max_tokens, should_stop=should_stop,
                                    excerpts=excerpts)
+        # the timings are the question's: its first token is the one the user saw first, its end the second's
+        again.timings.first_token_s = result.answer.timings.first_token_s
         result.first_answer, result.answer = result.answer, again
 
     def _asked_tokens(self, question: str, history: list[dict[str, str]] | None) -> int:
