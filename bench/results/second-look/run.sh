@@ -12,3 +12,7 @@ python bench/heldout.py --stores $S --only code-truststore code-pluggy sections-
 python bench/heldout.py --stores $S --only code-truststore code-pluggy sections-book sections-manual --modes kv --whole --second-look on --tag s55-unseen-look2 --out $L/ans-unseen2
 python bench/heldout.py --sets bench/heldout/fresh --stores $S --modes kv --whole --second-look on --tag s55-fresh-look2 --out $L/ans-fresh2
 # both ways from each run: python bench/second_look_compare.py bench/results/second-look/heldout-s55-*.json
+# cold: copies of the unseen stores with the answer model's tier removed, 10 s of cold reading at 60 tokens/s
+D=/work/stores/s55-cold; rm -rf $D; mkdir -p $D
+for s in code-truststore code-pluggy sections-book sections-manual; do cp -a $S/$s $D/$s; rm -rf $D/$s/kv/Qwen2-5-Coder-1-5B-Instruct-GGUF-q8_0-*; done
+python bench/heldout.py --stores $D --only code-truststore code-pluggy sections-book sections-manual --modes kv --whole --cold-seconds 10 --cold-rate 60 --second-look on --tag s55-cold-look --out $L/ans-cold
