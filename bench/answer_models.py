@@ -67,7 +67,8 @@ def run_model(model: str, chars: int, threads: int | None, cache: Path) -> dict:
             with st.writer():
                 apply_kv_budget(st, 0)  # and no block kept by the one before
         # no cold limit: every event is read however long preparing it takes, so that the rows compare the models
-        result, stream = ws.ask(st, question, AskOptions(mode=mode, narrow=False, short=False, cold_seconds=None))
+        result, stream = ws.ask(st, question, AskOptions(mode=mode, narrow=False, short=False, cold_seconds=None,
+                                                        second_look=False))
         text = "".join(stream)
         a = result.answer
         return {"first_token_s": a.timings.first_token_s, "total_s": a.timings.total_s,

@@ -42,7 +42,7 @@ def turn(ws: Workspace, st: Store, question: str, history: list[dict]) -> dict:
     hot_before = None
     search = ws.condense(history[-4:], question) if history else question
     started = time.perf_counter()
-    result, stream = ws.ask(st, question, AskOptions(), history=history[-4:], search=search)
+    result, stream = ws.ask(st, question, AskOptions(second_look=False), history=history[-4:], search=search)
     keeper = ws.block_keeper(st)
     hot_before = sum(keeper.has(event_block_key(r)) for r in result.retrieved if r.summary is None)
     first, pieces = None, []

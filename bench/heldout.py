@@ -37,7 +37,7 @@ from episodic_cli.engine.llama.models import answer_model, reader_model  # noqa:
 from episodic_cli.engine.paths import cache_dir  # noqa: E402
 from episodic_cli.engine.ingest.segment import SURPRISE_AT, SegmentParams  # noqa: E402
 from episodic_cli.engine.documents.sources import discover  # noqa: E402
-from episodic_cli.engine.budgets import DEFAULT_K  # noqa: E402
+from episodic_cli.engine.budgets import DEFAULT_K, SECOND_LOOK  # noqa: E402
 from episodic_cli.engine.workspace import Workspace  # noqa: E402
 
 ANSWER_MAX_TOKENS = 64   # room for a sentence around the short gold answer
@@ -398,9 +398,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="answer an unsupported lookup again from the best passages (default: epi ask's; "
                     "--no-second-look); each row keeps the answer set aside and its score")
     args = ap.parse_args(argv)
-    if args.second_look:
-        global BENCH_OPTIONS
-        BENCH_OPTIONS = replace(BENCH_OPTIONS, second_look=args.second_look == "on")
+    global BENCH_OPTIONS  # as epi ask answers, unless told otherwise
+    BENCH_OPTIONS = replace(BENCH_OPTIONS, second_look=SECOND_LOOK if args.second_look is None
+                            else args.second_look == "on")
     if args.passage_ranking:
         from episodic_cli.engine import workspace
 

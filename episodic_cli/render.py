@@ -369,16 +369,21 @@ def ingest_summary(results: list[IngestResult], store_dir: Path) -> None:
 
 def stream_answer(stream: Iterable[str], shown: list[str] | None = None) -> str:
     """Print the answer as it streams; `shown` collects the pieces printed, so that a caller stopped by Ctrl-C
-    keeps what the user saw (after a second look, of the answer read again only)."""
+    keeps what the user saw (after a second look, the answer read again once it has begun)."""
     shown = [] if shown is None else shown
-    for piece in stream:
-        if isinstance(piece, SecondLook):  # the answer so far is set aside: what follows replaces it
-            shown.clear()
-            out.print("\n[dim]No sentence of the sources holds that answer; read again from the passages that match "
-                      "the question best:[/]")
-            continue
-        shown.append(piece)
-        out.print(piece, end="", markup=False)
+    set_aside: list[str] = []
+    try:
+        for piece in stream:
+            if isinstance(piece, SecondLook):  # the answer so far is set aside: what follows replaces it
+                set_aside[:], shown[:] = shown, []
+                out.print("\n[dim]No sentence of the sources holds that answer; read again from the passages that "
+                          "match the question best:[/]")
+                continue
+            shown.append(piece)
+            out.print(piece, end="", markup=False)
+    finally:  # stopped before the second answer said anything (or it said nothing): the first is what was seen
+        if set_aside and not "".join(shown).strip():
+            shown[:] = set_aside
     out.print()
     return "".join(shown)
 

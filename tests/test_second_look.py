@@ -72,3 +72,44 @@ def test_the_terminal_says_the_answer_is_read_again_and_keeps_only_the_new_one(m
     printed = render.out.export_text()
     assert printed.index("dw.") < printed.index("read again from the passages") < printed.index("d4w.")
     assert text == "".join(shown) == "It is d4w."  # what a chat keeps of the turn
+
+
+def test_an_answer_of_several_sentences_is_judged_sentence_by_sentence(engine, shared_store):
+    from episodic_cli.engine.answer.records import Answer
+    from episodic_cli.engine.retrieval.evidence import readable, split_sentences
+    from episodic_cli.engine.workspace import AskResult, Workspace
+
+    ws = workspace_for(engine, shared_store.store_dir)
+    with Store.open_existing(shared_store.store_dir) as st:
+        retrieved = ws.retrieve(st, TEXT_QUESTION, 5, 1)
+    ws.close()
+    # every longer sentence of the retrieved events, copied: each is in the sources, but two quotes cannot hold all
+    # their words, so the whole-answer check alone would read this answer again
+    copied = [readable(u.text).rstrip(".") + "." for r in retrieved for u in split_sentences(r.event.text)
+              if len(u.text) > 60]
+    result = AskResult(TEXT_QUESTION, "kv", retrieved, Answer(text=" ".join(copied)))
+    assert not result.support().supported
+    assert Workspace._holds_by_words(result)
+    invented = ["Zebras painted the lighthouse purple on Tuesday.", "Giraffes sang opera beneath frozen volcanoes."]
+    result.answer.text = " ".join(copied[:1] + invented)  # one sentence of three held: less than half
+    assert not Workspace._holds_by_words(result)
+
+
+def test_stopped_before_the_second_answer_began_keeps_the_first(monkeypatch):
+    from rich.console import Console
+
+    from episodic_cli import render
+
+    monkeypatch.setattr(render, "out", Console(record=True, width=200))
+
+    def stopped():
+        yield "It is dw."
+        yield SecondLook()
+        raise KeyboardInterrupt  # Ctrl-C while the passages are read
+
+    shown: list[str] = []
+    try:
+        render.stream_answer(stopped(), shown)
+    except KeyboardInterrupt:
+        pass
+    assert "".join(shown) == "It is dw."  # what a chat keeps of the turn: the answer the user saw

@@ -635,13 +635,14 @@ class Workspace:
     def _second_look(self, first: Iterator[str], result: AskResult, answerer: KVModeAnswerer, search: str,
                      history: list[dict[str, str]] | None, started: float, max_tokens: int,
                      should_stop: Callable[[], bool] | None) -> Iterator[str]:
-        """The first answer's pieces; then, when no sentence of the sources holds its own words, a SecondLook piece
-        and the answer read again: the passages of the retrieved events that match the question best (each
-        sentence with its neighbours, as a cold question reads them: engine/retrieval/cold_reading.py), decoded as
-        text after the sink, SECOND_LOOK_TOKENS at most. The small model copies from a few sentences near the
-        question more faithfully than from ~2k tokens of blocks (docs/heldout.md, "A second look")."""
+        """The first answer's pieces; then, when the sources do not hold its words, a SecondLook piece and the
+        answer read again: the passages of the retrieved events that match the question best (each sentence with
+        its neighbours, as a cold question reads them: engine/retrieval/cold_reading.py), SECOND_LOOK_TOKENS at
+        most, read as text after the sink (an event short enough to fit whole is loaded from its block). The small
+        model copies from a few sentences near the question more faithfully than from ~2k tokens of blocks
+        (docs/heldout.md, "A second look"). An empty second answer leaves the first in place."""
         yield from first
-        if result.support().supported or (should_stop is not None and should_stop()):
+        if self._holds_by_words(result) or (should_stop is not None and should_stop()):
             return
         read = result.retrieved
         reading = cold_reading.choose(search, read, list(range(len(read))), SECOND_LOOK_TOKENS,
@@ -651,13 +652,32 @@ class Workspace:
         excerpts = {read[i].event.id: reading.excerpt(read[i], i) for i in reading.passages}
         again = Answer()
         again.timings.retrieve_s = result.answer.timings.retrieve_s
+        first_rate = answerer.cold_prefilled  # the first answer's cold events: the next stream starts its own count
+        on_prepare, answerer.on_prepare = answerer.on_prepare, None  # passages of blocks it has: nothing is "cold"
         yield SecondLook()
-        yield from answerer.stream(result.question, [r for i, r in enumerate(read) if i not in reading.left],
-                                   history, started, again, max_tokens=max_tokens, should_stop=should_stop,
-                                   excerpts=excerpts)
+        try:
+            yield from answerer.stream(result.question, [r for i, r in enumerate(read) if i not in reading.left],
+                                       history, started, again, max_tokens=max_tokens, should_stop=should_stop,
+                                       excerpts=excerpts)
+        finally:
+            answerer.on_prepare = on_prepare
+            answerer.cold_prefilled = first_rate
+        if not again.text.strip():
+            return
         # the timings are the question's: its first token is the one the user saw first, its end the second's
         again.timings.first_token_s = result.answer.timings.first_token_s
         result.first_answer, result.answer = result.answer, again
+
+    @staticmethod
+    def _holds_by_words(result: AskResult) -> bool:
+        """Whether the sources hold the answer, as `supported()` judges it but by shared words alone (the answer
+        model's check of each quote is for showing the evidence, a second or so a sentence): for an answer of one
+        sentence its quotes, for several at least half of its sentences."""
+        text = result.answer.text.strip()
+        sentences = support_by_sentence(result.question, text, result.retrieved, embed=result.embed)
+        if len(sentences) > 1:
+            return 2 * sum(s.supported for s in sentences) >= len(sentences)
+        return result.support().supported
 
     def _asked_tokens(self, question: str, history: list[dict[str, str]] | None) -> int:
         """Tokens of the question and the chat history the model reads besides the sources."""
