@@ -16,3 +16,8 @@ python bench/heldout.py --sets bench/heldout/fresh --stores $S --modes kv --whol
 D=/work/stores/s55-cold; rm -rf $D; mkdir -p $D
 for s in code-truststore code-pluggy sections-book sections-manual; do cp -a $S/$s $D/$s; rm -rf $D/$s/kv/Qwen2-5-Coder-1-5B-Instruct-GGUF-q8_0-*; done
 python bench/heldout.py --stores $D --only code-truststore code-pluggy sections-book sections-manual --modes kv --whole --cold-seconds 10 --cold-rate 60 --second-look on --tag s55-cold-look --out $L/ans-cold
+# after the review's fixes (abe2bec: several sentences judged one by one, the cap as the answer's own option):
+# every choosing and unseen set again, at load ~3 (the CI rehearsal beside it); the same answers as before
+python bench/heldout.py --sets bench/heldout/fresh --stores $S --modes kv --whole --second-look on --tag s55-fresh-look3 --out $L/ans-fresh3
+python bench/heldout.py --stores $S --only book pdf-manual pdf-spec --modes kv --whole --second-look on --tag s55-seen-look3 --out $L/ans-seen3
+python bench/heldout.py --stores $S --only code-truststore code-pluggy sections-book sections-manual --modes kv --whole --second-look on --tag s55-unseen-look3 --out $L/ans-unseen3
