@@ -42,9 +42,10 @@ def test_ask_json_contract(shared_ask):
     assert set(out) == {"answer", "mode", "sources", "retrieved_tokens", "kv_loaded_tokens", "kv_prefilled_tokens",
                         "kv_relinked_tokens",
                         "timings", "scope", "evidence", "supported", "narrowed", "layered", "short_answer", "left_cold",
-                        "kind", "read", "search", "sentences"}
+                        "kind", "read", "search", "sentences", "first_answer"}
     assert out["kind"] == "lookup" and out["read"] is None and out["search"] is None  # test_whole_scope.py
     assert isinstance(out["sentences"], list)
+    assert out["first_answer"] is None  # the bundled SmolLM2 reads narrowed sentences: no second look (test_second_look)
     assert isinstance(out["evidence"], list) and isinstance(out["supported"], bool)  # checked in test_evidence.py
     assert out["scope"] == {"restricted_to": None, "notes": []}  # the question names no chapter, page or file
     assert out["layered"] is None  # per-layer selection is off unless asked for (test_layered.py)
