@@ -21,3 +21,5 @@ python bench/heldout.py --stores $D --only code-truststore code-pluggy sections-
 python bench/heldout.py --sets bench/heldout/fresh --stores $S --modes kv --whole --second-look on --tag s55-fresh-look3 --out $L/ans-fresh3
 python bench/heldout.py --stores $S --only book pdf-manual pdf-spec --modes kv --whole --second-look on --tag s55-seen-look3 --out $L/ans-seen3
 python bench/heldout.py --stores $S --only code-truststore code-pluggy sections-book sections-manual --modes kv --whole --second-look on --tag s55-unseen-look3 --out $L/ans-unseen3
+# two more seen sets, read again and answered after everything above (stores as the others)
+python bench/heldout.py --stores $S --only code epub-rustbook --modes kv --whole --second-look on --tag s55-seen2-look --out $L/ans-seen2
