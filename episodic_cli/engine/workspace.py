@@ -649,16 +649,15 @@ class Workspace:
                                       lambda t: len(self.model.tokenize(t)))
         if not reading.passages:  # no sentence matches the question: reading the same events again says the same
             return
-        excerpts = {read[i].event.id: reading.excerpt(read[i], i) for i in reading.passages}
+        kept, _, excerpts = reading.applied(read)
         again = Answer()
         again.timings.retrieve_s = result.answer.timings.retrieve_s
         first_rate = answerer.cold_prefilled  # the first answer's cold events: the next stream starts its own count
         on_prepare, answerer.on_prepare = answerer.on_prepare, None  # passages of blocks it has: nothing is "cold"
         yield SecondLook()
         try:
-            yield from answerer.stream(result.question, [r for i, r in enumerate(read) if i not in reading.left],
-                                       history, started, again, max_tokens=max_tokens, should_stop=should_stop,
-                                       excerpts=excerpts)
+            yield from answerer.stream(result.question, kept, history, started, again, max_tokens=max_tokens,
+                                       should_stop=should_stop, excerpts=excerpts)
         finally:
             answerer.on_prepare = on_prepare
             answerer.cold_prefilled = first_rate
@@ -902,10 +901,8 @@ class Workspace:
         cold = [i for i, r in enumerate(retrieved) if not answerer.keeper.has(event_block_key(r))]
         if sum(retrieved[i].n_tokens for i in cold) <= room:
             return retrieved, [], {}
-        reading = cold_reading.choose(question, retrieved, cold, int(room), lambda t: len(self.model.tokenize(t)))
-        excerpts = {retrieved[i].event.id: reading.excerpt(retrieved[i], i) for i in reading.passages}
-        return ([r for i, r in enumerate(retrieved) if i not in reading.left],
-                [retrieved[i] for i in sorted(reading.left)], excerpts)
+        return cold_reading.choose(question, retrieved, cold, int(room),
+                                   lambda t: len(self.model.tokenize(t))).applied(retrieved)
 
     def _timing_cold(self, stream: Iterator[str], answerer) -> Iterator[str]:
         """The answer's pieces; afterwards, how fast its cold events were prefilled is kept for the next question."""

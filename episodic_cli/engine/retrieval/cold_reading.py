@@ -34,6 +34,13 @@ class ColdReading:
         """The text read of event `i` in place of the whole (its passages in reading order)."""
         return _excerpt_text(r, self.passages[i])
 
+    def applied(self, retrieved: list[RetrievedEvent]
+                ) -> tuple[list[RetrievedEvent], list[RetrievedEvent], dict[int, str]]:
+        """(read, left out, {event id: its passages' text, read instead of the whole event}) of `retrieved`, the
+        list this reading was chosen from."""
+        return ([r for i, r in enumerate(retrieved) if i not in self.left], [retrieved[i] for i in sorted(self.left)],
+                {retrieved[i].event.id: self.excerpt(retrieved[i], i) for i in self.passages})
+
 
 def _excerpt_text(r: RetrievedEvent, spans: list[tuple[int, int]]) -> str:
     return EXCERPT_GAP.join(readable(r.event.text[a:b]) for a, b in spans)
