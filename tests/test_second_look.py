@@ -77,7 +77,7 @@ def test_the_terminal_says_the_answer_is_read_again_and_keeps_only_the_new_one(m
 def test_an_answer_of_several_sentences_is_judged_sentence_by_sentence(engine, shared_store):
     from episodic_cli.engine.answer.records import Answer
     from episodic_cli.engine.retrieval.evidence import readable, split_sentences
-    from episodic_cli.engine.workspace import AskResult, Workspace
+    from episodic_cli.engine.workspace import AskResult
 
     ws = workspace_for(engine, shared_store.store_dir)
     with Store.open_existing(shared_store.store_dir) as st:
@@ -89,10 +89,10 @@ def test_an_answer_of_several_sentences_is_judged_sentence_by_sentence(engine, s
               if len(u.text) > 60]
     result = AskResult(TEXT_QUESTION, "kv", retrieved, Answer(text=" ".join(copied)))
     assert not result.support().supported
-    assert Workspace._holds_by_words(result)
+    assert result.supported_by_words()
     invented = ["Zebras painted the lighthouse purple on Tuesday.", "Giraffes sang opera beneath frozen volcanoes."]
     result.answer.text = " ".join(copied[:1] + invented)  # one sentence of three held: less than half
-    assert not Workspace._holds_by_words(result)
+    assert not result.supported_by_words()
 
 
 def test_stopped_before_the_second_answer_began_keeps_the_first(monkeypatch):

@@ -98,7 +98,7 @@ class AskResult:
         text = self.answer.text.strip()
         cached = self.__dict__.get("_sentences")
         if cached is None or cached[1] != text:
-            found = support_by_sentence(self.question, text, self.retrieved, embed=self.embed)
+            found = list(self._sentences_by_words())
             if self.check_claim is not None and len(found) > 1:
                 tried = 0
                 for n, s in enumerate(found):
@@ -115,6 +115,16 @@ class AskResult:
             cached = self.__dict__["_sentences"] = (found, text)
         return cached[0]
 
+    def _sentences_by_words(self) -> list[SentenceSupport]:
+        """Each sentence of the answer with its quote, judged by shared words (and meaning) alone: computed once per
+        answer text, for the second look's check and then for sentence_support's."""
+        text = self.answer.text.strip()
+        cached = self.__dict__.get("_by_words")
+        if cached is None or cached[1] != text:
+            cached = self.__dict__["_by_words"] = (support_by_sentence(self.question, text, self.retrieved,
+                                                                       embed=self.embed), text)
+        return cached[0]
+
     def support(self) -> Support:
         """The quotes of the sources that support the answer (computed once the answer is complete)."""
         text = self.answer.text.strip()
@@ -127,7 +137,14 @@ class AskResult:
         """Whether the sources hold the answer: for one sentence, its quotes hold at least half of its own words;
         for several, at least half of the sentences are supported (a doubted sentence is not), so a summary is not
         judged by one quote, and a sentence the answer model doubts counts against the whole."""
-        sentences = self.sentence_support()
+        return self._held(self.sentence_support())
+
+    def supported_by_words(self) -> bool:
+        """supported() without the answer model's check of each quote (a second or so a sentence, wanted only for
+        showing the evidence): what the second look asks before reading again."""
+        return self._held(self._sentences_by_words())
+
+    def _held(self, sentences: list[SentenceSupport]) -> bool:
         if len(sentences) > 1:
             return 2 * sum(s.supported for s in sentences) >= len(sentences)
         return self.support().supported
@@ -642,7 +659,7 @@ class Workspace:
         model copies from a few sentences near the question more faithfully than from ~2k tokens of blocks
         (docs/heldout.md, "A second look"). An empty second answer leaves the first in place."""
         yield from first
-        if self._holds_by_words(result) or (should_stop is not None and should_stop()):
+        if result.supported_by_words() or (should_stop is not None and should_stop()):
             return
         read = result.retrieved
         reading = cold_reading.choose(search, read, list(range(len(read))), SECOND_LOOK_TOKENS,
@@ -666,17 +683,6 @@ class Workspace:
         # the timings are the question's: its first token is the one the user saw first, its end the second's
         again.timings.first_token_s = result.answer.timings.first_token_s
         result.first_answer, result.answer = result.answer, again
-
-    @staticmethod
-    def _holds_by_words(result: AskResult) -> bool:
-        """Whether the sources hold the answer, as `supported()` judges it but by shared words alone (the answer
-        model's check of each quote is for showing the evidence, a second or so a sentence): for an answer of one
-        sentence its quotes, for several at least half of its sentences."""
-        text = result.answer.text.strip()
-        sentences = support_by_sentence(result.question, text, result.retrieved, embed=result.embed)
-        if len(sentences) > 1:
-            return 2 * sum(s.supported for s in sentences) >= len(sentences)
-        return result.support().supported
 
     def _asked_tokens(self, question: str, history: list[dict[str, str]] | None) -> int:
         """Tokens of the question and the chat history the model reads besides the sources."""
