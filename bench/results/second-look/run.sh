@@ -23,3 +23,5 @@ python bench/heldout.py --stores $S --only book pdf-manual pdf-spec --modes kv -
 python bench/heldout.py --stores $S --only code-truststore code-pluggy sections-book sections-manual --modes kv --whole --second-look on --tag s55-unseen-look3 --out $L/ans-unseen3
 # two more seen sets, read again and answered after everything above (stores as the others)
 python bench/heldout.py --stores $S --only code epub-rustbook --modes kv --whole --second-look on --tag s55-seen2-look --out $L/ans-seen2
+# after the refactors d3fdbf9 and 74c21dc, at epi ask's default (no --second-look flag): the 46 answers identical
+python bench/heldout.py --stores $S --only code-truststore code-pluggy sections-book sections-manual --modes kv --whole --tag s55-unseen-look4 --out $L/ans-unseen4
