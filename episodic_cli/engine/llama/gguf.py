@@ -187,6 +187,72 @@ def _parse(r: _Reader, size: int) -> GGUFHeader:
     return GGUFHeader(version, n_tensors, file_type, n_params, data_start + data_end, size, tuple(names))
 
 
+_FLOAT_FORMATS = {6: "<f", 12: "<d"}
+_SHORT_ARRAY = 1024  # numeric arrays up to this long are returned (per-layer head counts, window patterns)
+
+
+@dataclass(frozen=True)
+class LongArray:
+    """A metadata array too long to be worth reading (a vocabulary, its scores): only its length."""
+
+    length: int
+
+
+def _metadata_value(r: _Reader, vtype: int, key: str):
+    """One metadata value read in full: numbers, booleans, strings, short numeric arrays; LongArray otherwise."""
+    if vtype in _UINT_FORMATS:
+        return r.unpack(_UINT_FORMATS[vtype], f"value of {key}")
+    if vtype in _INT_FORMATS:
+        return r.unpack(_INT_FORMATS[vtype], f"value of {key}")
+    if vtype in _FLOAT_FORMATS:
+        return r.unpack(_FLOAT_FORMATS[vtype], f"value of {key}")
+    if vtype == 7:
+        return bool(r.unpack("<B", f"value of {key}"))
+    if vtype == _STRING:
+        return r.string(f"value of {key}").decode("utf-8", "replace")
+    if vtype == _ARRAY:
+        etype = r.unpack("<I", f"array type of {key}")
+        count = r.unpack("<Q", f"array length of {key}")
+        fmt = _UINT_FORMATS.get(etype) or _INT_FORMATS.get(etype) or _FLOAT_FORMATS.get(etype) or \
+            ("<B" if etype == 7 else None)
+        if fmt is not None and count <= _SHORT_ARRAY:
+            start = r.take(struct.calcsize(fmt) * count, f"array {key}")
+            return list(struct.unpack_from(f"<{count}{fmt[1]}", r.data, start))
+        r.pos -= 12  # read the array again through the skipping reader, which bounds every length
+        _read_value(r, vtype, key)
+        return LongArray(count)
+    return _read_value(r, vtype, key)
+
+
+@dataclass(frozen=True)
+class GGUFMetadata:
+    """Every metadata value of a GGUF file (long arrays by length), with the tensor table's totals."""
+
+    values: dict
+    header: GGUFHeader
+
+    def get(self, key: str, default=None):
+        return self.values.get(key, default)
+
+
+def read_gguf_metadata(path: Path) -> GGUFMetadata:
+    """The file's metadata and tensor totals, for describing a model without loading it; GGUFHeaderError when the
+    header does not hold together. Reads the header only (a few MB at most)."""
+    with open(path, "rb") as f:
+        size = f.seek(0, 2)
+        if size < 24:
+            raise GGUFHeaderError(f"the file is only {size} bytes, shorter than a GGUF header")
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            r = _Reader(data)
+            _, _, n_kv = _preamble(r)
+            values = {}
+            for _ in range(n_kv):
+                key = r.string("metadata key").decode("utf-8", "replace")
+                values[key] = _metadata_value(r, r.unpack("<I", f"type of {key}"), key)
+            r.pos = 0
+            return GGUFMetadata(values, _parse(r, size))
+
+
 def describe_damage(path: Path) -> str | None:
     """Why a GGUF file cannot be loaded, as a clause ("its header is damaged (...)", "it is truncated: ..."), or None
     when its header and size look sound (the fault is then elsewhere)."""
