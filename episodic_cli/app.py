@@ -34,11 +34,13 @@ from .engine.kv.keeper import DEFAULT_KIND
 from .engine.llama.models import answer_model as chosen_answer_model
 from .engine.llama.models import plan_ingest, resolve_model_source
 from .engine.paths import store_path
+from .engine.user_settings import UserSettings, load_settings, save_settings
 from .engine.prompt import check_question_length
 from .engine.retrieval.citations import printable
 from .engine.retrieval.question_kind import QuestionKind
 from .engine.workspace import MAX_EVENT_TOKENS, Workspace, apply_kv_budget
 from .store import Store, StoreError
+from .store.records import DEFAULT_KV_BUDGET_BYTES
 
 class _OneLineBadValues(TyperGroup):
     """A bad option value (`--mode fast`, `-k 0`, `--threads x`) ends as one line on stderr naming the option and what
@@ -80,7 +82,7 @@ KVType = Enum("KVType", {k: k for k in KV_KINDS}, type=str)
 Refine = Enum("Refine", {r: r for r in REFINE_METHODS}, type=str)
 
 StoreOpt = Annotated[Optional[str], typer.Option("--store", "-s", help="Store name (kept under the epi data directory) or a path. Default: `default`, or $EPI_STORE.")]
-ModelOpt = Annotated[Optional[str], typer.Option("--model", "-m", help="The model: a GGUF file, or an installed one by name: `qwen-1.5b` (answers by default where installed), `qwen-0.5b`, `smollm2` (the bundled SmolLM2-135M, the fast reader: `epi ingest --answer-model none` reads with it); or set $EPI_MODEL. At ingest it names the model that reads (by default the answer model itself).")]
+ModelOpt = Annotated[Optional[str], typer.Option("--model", "-m", help="The model: any name `epi models` lists (an installed one: `qwen-1.5b`, answering by default where installed, `qwen-0.5b`, `smollm2`, the bundled SmolLM2-135M and fast reader; or one Ollama, LM Studio or the Hugging Face cache keeps: `qwen2.5:7b`), or a .gguf file; or set $EPI_MODEL, or a default with `epi config --answer-model`. At ingest it names the model that reads (by default the answer model itself).")]
 ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", "-t", min=1, help="CPU threads for llama.cpp (default: physical cores).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout and nothing else.")]
 EpmanOpt = Annotated[bool, typer.Option("--epman", help="kv mode: weight each retrieved block by its relevance (EpMAN; V rows scaled into [0.9, 1.0]).")]
@@ -659,21 +661,34 @@ def reembed(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
 def config(
     store: StoreOpt = None,
     kv_budget: KVBudgetOpt = None,
+    default_model: Annotated[Optional[str], typer.Option("--answer-model", help="Make this model answer by default (any name `epi models` lists, or a .gguf file); `default` goes back to the installed default. --model and $EPI_MODEL still win.")] = None,
+    model_folder: Annotated[Optional[list[str]], typer.Option("--model-folder", help="A folder `epi models` and --model search for .gguf files (repeatable); `--model-folder -PATH` removes one.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Show the store's settings, or change them.
+    """Show the store's settings and yours, or change them.
 
     Example:  epi config --kv-budget 20GB     (lowering it evicts least recently used KV blocks at once)
+              epi config --answer-model qwen2.5:7b     (a model Ollama keeps answers from now on)
     """
+    user = change_user_settings(default_model, model_folder or [])
+    user_values = {"answer_model": chosen_answer_model(), "model_folders": user.model_folders}
+    path = store_path(store)
+    if kv_budget is None and not path.is_dir():  # nothing ingested yet: the user's settings alone
+        if as_json:
+            print(json.dumps(user_values))
+        else:
+            render.settings(user_values)
+        return
     evicted = 0
-    with Store.open_existing(store_path(store)) as st:
+    with Store.open_existing(path) as st:
         if kv_budget is not None:
             with st.writer():
                 evicted = apply_kv_budget(st, parse_size(kv_budget))
         settings = {"store": str(st.path), "kv_budget_bytes": st.kv_budget, "kv_evicted_bytes": evicted,
                     "kv_block_kind": st.kv_block_kind,
                     "kv_used_bytes": st.kv_space().used_bytes(), "embedder": st.identity.embedder,
-                    "segmenter": st.identity.segmenter.get("model_name"), "segmentation": st.identity.segmentation}
+                    "segmenter": st.identity.segmenter.get("model_name"), "segmentation": st.identity.segmentation,
+                    **user_values}
         if as_json:
             print(json.dumps(settings))
         else:
@@ -681,6 +696,65 @@ def config(
             if evicted:  # a bare number is bytes: "--kv-budget 20" keeps nothing, and says so
                 render.warning(f"the new budget evicted {evicted / 1e6:,.1f} MB of KV blocks (least recently used "
                                "first); sizes without a unit are bytes")
+
+
+def change_user_settings(default_model: str | None, folders: list[str]) -> UserSettings:
+    """`epi config --answer-model / --model-folder`: checked before they are kept (a model that does not resolve,
+    a folder that is not one, is one line and changes nothing)."""
+    user = load_settings()
+    if default_model is None and not folders:
+        return user
+    for folder in folders:
+        if folder.startswith("-"):
+            user.model_folders = [f for f in user.model_folders if f != folder[1:]]
+            continue
+        resolved = Path(folder).expanduser().resolve()
+        if not resolved.is_dir():
+            raise EpiError(f"--model-folder {folder}: not a folder")
+        if str(resolved) not in user.model_folders:
+            user.model_folders.append(str(resolved))
+    if default_model is not None:
+        if default_model == "default":
+            user.answer_model = None
+        else:
+            save_settings(user)  # a folder named in the same command is searched for the model
+            source = resolve_model_source(default_model, render.warning)
+            user.answer_model = default_model if not Path(default_model).expanduser().is_file() else str(source)
+    save_settings(user)
+    return user
+
+
+@app.command()
+@handle_errors
+def models(
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List every model epi can answer with: its own, and those Ollama, LM Studio and the Hugging Face cache keep
+    (and the folders `epi config --model-folder` names), read in place, never changed.
+
+    Each shows its architecture, size, quantization, context, KV bytes per token at the store's block type, how many
+    tokens the store's KV budget holds for it, the memory it needs, and how it answers: from KV blocks, as text only
+    (a model whose KV cannot be cut into event blocks re-reads the retrieved events), or not at all.
+
+    Example:  epi models            then   epi ask --model qwen2.5:7b "..."   or   epi config --answer-model qwen2.5:7b
+    """
+    from .engine.llama.model_catalog import list_models, machine
+
+    kind, budget = DEFAULT_KIND, DEFAULT_KV_BUDGET_BYTES
+    path = store_path(store)
+    if path.is_dir():
+        try:
+            with Store.open_existing(path) as st:
+                kind, budget = st.kv_block_kind or DEFAULT_KIND, st.kv_budget
+        except StoreError:
+            pass  # no store yet, or one being written: the defaults say what a new store would hold
+    where = machine()
+    rows = [m.as_json(kind, budget, where["memory_bytes"], where["gpu_offload"]) for m in list_models()]
+    if as_json:
+        print(json.dumps({"machine": where, "kv_block_kind": kind, "kv_budget_bytes": budget, "models": rows}))
+    else:
+        render.models(rows, where)
 
 
 @app.command()

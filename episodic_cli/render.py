@@ -567,6 +567,43 @@ def documents(docs, stats: dict, kv: dict) -> None:
         out.print(f"  {escape(t['tier'])}: {t['blocks']:,} blocks, {_size(t['kv_used_bytes'])}")
 
 
+_SERVING = {"blocks": "[green]blocks[/]", "text": "[yellow]text[/]", "none": "[red]no[/]"}
+
+
+def _short(n: float) -> str:
+    """1.1G, 491M, 15K: sizes in a narrow column."""
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f}{unit}" if n < 10 * scale else f"{n / scale:.0f}{unit}"
+    return f"{n:.0f}"
+
+
+def models(rows: list[dict], machine: dict) -> None:
+    """`epi models`: one line a model, then why each that is not served with blocks is not."""
+    table = Table(box=None, header_style="bold")
+    table.add_column("model", no_wrap=True)
+    for col in ("from", "arch", "params", "quant", "file", "context", "KV/tok", "budget", "memory", "answers"):
+        table.add_column(col, justify="right" if col in ("params", "file", "context", "KV/tok", "budget", "memory")
+                         else "left", no_wrap=True)
+    for r in rows:
+        name = escape(r["name"]) + (" [bold cyan]*[/]" if r["default"] else "")
+        if "architecture" not in r:
+            table.add_row(name, r["source"], *[""] * 8, _SERVING["none"])
+            continue
+        memory = _short(r["memory_needed_bytes"]) + ("" if r["fits_memory"] else " [red]too big[/]")
+        table.add_row(name, r["source"], escape(r["architecture"]), _short(r["parameters"]), r["quantization"],
+                      _short(r["file_bytes"]), _short(r["context_length"]), _short(r["kv_bytes_per_token"]),
+                      _short(r["kv_budget_tokens"] or 0), memory, _SERVING[r["serving"]])
+    out.print(table)
+    gpu = "all layers on the GPU" if machine["gpu_offload"] else "CPU only (no GPU offload in this build)"
+    out.print(f"\n* answers by default. This machine: {_size(machine['memory_bytes'])} of memory, {gpu}. KV/tok: "
+              "bytes a token's stored block takes; budget: tokens the store's KV budget holds; answers: from KV "
+              "blocks, as text only, or not at all. --model takes the names in the first column.")
+    for r in rows:
+        if r["why"]:
+            out.print(f"  [dim]{escape(r['qualified'])}: {escape(r['why'])}[/]")
+
+
 def settings(values: dict) -> None:
     for key, value in values.items():
         shown = _size(value) if key.endswith("_bytes") else value

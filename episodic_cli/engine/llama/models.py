@@ -25,7 +25,10 @@ from ..package_files import SMOLLM2, checked_path
 from ..paths import cache_dir
 from .backend import quiet_llama_logs
 from .bundled import BUNDLED, QWEN_1_5B, assemble, is_installed
+from ..user_settings import load_settings
 from .gguf import GGUFHeaderError, describe_damage, peek_file_type, read_gguf_header
+from .model_facts import BLOCKS, ModelFileError, machine_memory, read_model_facts
+from .model_stores import ModelStoreError, find_models, pick
 
 BUNDLED_MODEL_NAME = "smollm2"  # --model smollm2 names it when another model is the default
 # The fast reader: it reads documents at ingest when no answer model keeps blocks in the same pass (none installed,
@@ -56,9 +59,15 @@ def default_model() -> str:
     return QWEN_1_5B.name if is_installed(QWEN_1_5B) else BUNDLED_MODEL_NAME
 
 
+def answering_alternative() -> str:
+    """What to use instead of a model that cannot answer: the installed default, or any chat model found."""
+    return f"Use --model {default_model()} (installed), or another chat model that `epi models` lists"
+
+
 def answer_model(choice: str | None = None) -> str:
-    """The model that answers: `choice` (--model), else $EPI_MODEL, else the default model."""
-    return choice or os.environ.get("EPI_MODEL") or default_model()
+    """The model that answers: `choice` (--model), else $EPI_MODEL, else the user's default (`epi config
+    --answer-model`), else the installed default model."""
+    return choice or os.environ.get("EPI_MODEL") or load_settings().answer_model or default_model()
 
 
 def reader_model(choice: str | None = None, answering: str | None = None) -> str:
@@ -96,9 +105,23 @@ class IngestPlan:
 def plan_ingest(reader: str | None, answering: str, kv: bool, fast_read: bool, write_map: bool) -> IngestPlan:
     """The one rule `epi ingest` and `Archive.ingest` follow. `reader`: --model; `answering`: the answer model or
     "none"; `fast_read`: read with the fast reader and let the answer model catch up later (`--background`)."""
-    reading = reader_model(reader, answering if kv and not fast_read else None)
+    # A model without blocks (text mode only) gains nothing from reading itself: the fast reader reads.
+    one_reader = kv and not fast_read and serves_blocks(answering)
+    reading = reader_model(reader, answering if one_reader else None)
     follows = kv and answer_model_follows(answering, reading)
     return IngestPlan(reading, answering, follows, follows and answering != reading, follows and write_map)
+
+
+def serves_blocks(name: str) -> bool:
+    """Whether the model `name` names can keep event blocks, judged from its GGUF's metadata (model_facts.py);
+    True for epi's own models, and where the name does not resolve (its error comes where it is loaded)."""
+    if name in ("none", BUNDLED_MODEL_NAME) or name in BUNDLED:
+        return True
+    try:
+        path = Path(name).expanduser()
+        return read_model_facts(path if path.is_file() else found_model_path(name)).serving == BLOCKS
+    except (EpiError, ModelFileError, OSError):
+        return True
 
 
 def model_names() -> list[str]:
@@ -115,12 +138,42 @@ def resolve_model_source(model: str | None, warn: Callable[[str], None] | None =
         return assemble(BUNDLED[choice], warn)
     path = Path(choice).expanduser()
     if not path.is_file():
-        raise EpiError(f"model file not found: {choice} (pass a .gguf file or one of {', '.join(model_names())} "
-                       "to --model or EPI_MODEL)")
+        path = found_model_path(choice)
     with path.open("rb") as f:
         if f.read(4) != b"GGUF":
             raise EpiError(f"{choice} is not a GGUF model file (llama.cpp models end in .gguf)")
+    check_memory(choice, path)
     return path.resolve()
+
+
+def found_model_path(name: str) -> Path:
+    """The file of a model another program keeps (Ollama, LM Studio, the hub cache) or a configured folder holds,
+    by the name `epi models` shows; one line when none or two have it, or its store's entry is broken."""
+    try:
+        found = pick(find_models([Path(f) for f in load_settings().model_folders]), name)
+    except ModelStoreError as exc:
+        raise EpiError(str(exc)) from None
+    if found is None:
+        looks_like_path = "/" in name and (name.endswith(".gguf") or name.startswith((".", "~", "/")))
+        what = "model file not found" if looks_like_path else "no model named"
+        raise EpiError(f"{what}: {name} (`epi models` lists the names --model takes: installed ones, Ollama's, "
+                       "LM Studio's, the Hugging Face cache's, and .gguf files)")
+    return found.path
+
+
+def check_memory(name: str, path: Path) -> None:
+    """One line, before anything loads, for a model the machine's memory cannot hold (GPU builds keep the weights
+    in the GPU's memory instead, and are not judged here)."""
+    if L.llama_supports_gpu_offload():
+        return
+    try:
+        facts = read_model_facts(path)
+    except ModelFileError as exc:
+        raise EpiError(f"cannot use model file {path}: {exc}") from None
+    have, need = machine_memory(), facts.memory_needed()
+    if have and need > have:
+        raise EpiError(f"{name} needs about {need / 1e9:,.1f} GB of memory and this machine has {have / 1e9:,.1f} GB; "
+                       "choose a smaller model or quantization (`epi models` shows what fits)")
 
 
 def file_sha256(path: Path) -> str:
