@@ -25,7 +25,7 @@ def test_tiny_model_runs_through_the_backend(tmp_path):
     model = LlamaModel(write_tiny_model(tmp_path / "tiny.gguf"))
     try:
         info = model.info
-        assert model.unsupported_reason() is None
+        assert model.cannot_answer_reason() is None and model.block_reuse_reason() is None
         assert (info.architecture, info.n_layer, info.n_embd, info.n_head_kv) == ("llama", N_LAYER, N_EMBD, N_HEAD_KV)
         assert info.n_ctx_train >= 2048
         assert model.meta("tokenizer.ggml.model") == "llama"  # SentencePiece-style, not GPT-2 BPE

@@ -38,7 +38,7 @@ from .kv.keeper import DEFAULT_KIND, BlockKeeper, tier_config
 from .llama import layer_visibility
 from .llama import prefill_rate
 from .llama.backend import LlamaModel, default_threads
-from .llama.models import BUNDLED_MODEL_FILE, PreparedModel, prepare_model
+from .llama.models import BUNDLED_MODEL_FILE, PreparedModel, answering_alternative, prepare_model
 from .paths import cache_dir, store_path
 from .retrieval.evidence import SentenceSupport, Support, readable, support, support_by_sentence
 from .retrieval import cold_reading
@@ -260,6 +260,7 @@ class Workspace:
         # each answer's retrieved events counted in the store's retrievals.log (store/retrieval_log.py), the order
         # `epi warm` prepares blocks in; `epi mcp` turns it off: the server writes nothing but KV blocks
         self.record_retrievals = True
+        self._told_text_only = False
 
     @cached_property
     def prepared(self) -> PreparedModel:
@@ -269,11 +270,21 @@ class Workspace:
     def model(self) -> LlamaModel:
         model = LlamaModel(self.prepared.path)
         self._loaded_model = model  # this workspace's own: close() frees it (a model handed in is left alone)
-        reason = model.unsupported_reason()
+        reason = model.cannot_answer_reason()
         if reason:
-            raise EpiError(f"epi cannot use {self.prepared.source.name}: {reason}. "
-                           "Use a dense-attention chat model (Llama, Mistral, Qwen2/3, Phi-3, SmolLM class).")
+            raise EpiError(f"epi cannot answer with {self.prepared.source.name}: {reason}. "
+                           f"{answering_alternative()}")
         return model
+
+    @cached_property
+    def text_only_reason(self) -> str | None:
+        """Why this model answers in text mode only (its KV cannot be cut into event blocks), or None."""
+        return self.model.block_reuse_reason()
+
+    @property
+    def keeps_blocks(self) -> bool:
+        """Whether this model can load and keep event blocks (kv mode, warming, prefetch, the map's readings)."""
+        return self.text_only_reason is None
 
     @cached_property
     def embedder(self) -> Embedder:
@@ -326,6 +337,9 @@ class Workspace:
 
     def block_keeper(self, store: Store, kind: str | None = None) -> BlockKeeper:
         """This model's KV tier of the store (blocks of `kind`, default the store's), with the store's budget."""
+        if not self.keeps_blocks:
+            raise EpiError(f"{self.prepared.source.name} cannot keep KV blocks: {self.text_only_reason}; "
+                           "it answers in text mode (--mode text)")
         config = tier_config(self.model, self.prepared.sha256, kind or store.kv_block_kind)
         keeper = BlockKeeper(store.kv_space().tier(config), self.model, self.warn)
         keeper.document_exists = store.has_document_content
@@ -486,7 +500,25 @@ class Workspace:
     def resolve(self, store: Store, options: AskOptions) -> AskOptions:
         """`options` with the store's default mode filled in when they name none: the record's kv-only rules
         (--epman, --layered) are then checked against the mode that will run, in the record's one line."""
+        if not self.keeps_blocks:
+            return self._text_only(options)
         return options if options.mode is not None else replace(options, mode=self.default_mode(store))
+
+    def _text_only(self, options: AskOptions) -> AskOptions:
+        """A model without blocks reads its sources as text: named kv-only options are refused in one line, and
+        the first question says once why it reads, and what that costs."""
+        asked = "--mode kv" if options.mode == "kv" else "--layered" if options.layered else \
+            "--epman" if options.epman else None
+        if asked:
+            raise EpiError(f"{asked} needs KV blocks, and {self.prepared.source.name} cannot keep them: "
+                           f"{self.text_only_reason}. Leave it out: this model answers in text mode")
+        if not self._told_text_only:
+            self._told_text_only = True
+            rate = prefill_rate.rate(self.prepared.sha256, self.threads or default_threads(), self.model.info.n_params)
+            self.warn(f"{self.model.info.name} answers in text mode: {self.text_only_reason}. It re-reads the "
+                      f"retrieved events for each question (about {EVIDENCE_BUDGET / rate:,.0f} s for "
+                      f"{EVIDENCE_BUDGET:,} tokens on this machine) instead of loading their KV blocks")
+        return replace(options, mode="text", cold_seconds=None, second_look=False)
 
     def ask(self, store: Store, question: str, options: AskOptions = AskOptions(), *,
             history: list[dict[str, str]] | None = None, search: str | None = None,
@@ -887,7 +919,8 @@ class Workspace:
         """Summaries of every part, document and collection that lacks a current one (engine/answer/map_writer.py),
         from this model's blocks; resumable. `documents`: only these (their stored paths)."""
         self._adopt_embedder(store)
-        answerer = self.answerer("kv", store, whole=True)
+        # a model without blocks reads each part as text (slower, the same summaries' shape)
+        answerer = self.answerer("kv" if self.keeps_blocks else "text", store, whole=True)
         writer = MapWriter(store, answerer, f"{self.model.info.name} {self.prepared.sha256[:12]}",
                            self.embedder.embed_query,
                            room=self.whole_context - SUMMARY_TOKENS - QUESTION_ROOM, should_stop=should_stop)
@@ -923,6 +956,8 @@ class Workspace:
         otherwise read from text first (store/retrieval_log.py counts what questions retrieved). Resumable: what is
         kept stays, and a rerun skips it. `progress(tokens done, tokens to do)`; `documents`: only these (their paths
         as stored)."""
+        if not self.keeps_blocks:  # nothing to prepare: every question re-reads its events
+            return WarmResult(stopped=f"{self.model.info.name} keeps no KV blocks ({self.text_only_reason})")
         answerer = self.answerer("kv", store)
         keeper = answerer.keeper
         asked = store.retrieval_counts()
@@ -969,12 +1004,16 @@ class Workspace:
     def likely_next(self, store: Store, read: list[RetrievedEvent]) -> list[int]:
         """The events a follow-up to an answer that read `read` would likely read, lacking this model's blocks
         (engine/answer/prefetch.py): what `epi chat` prepares while the user types."""
+        if not self.keeps_blocks:
+            return []
         keeper = self.block_keeper(store)
         return likely_next(store, [r for r in read if r.summary is None], lambda r: keeper.has(event_block_key(r)))
 
     def prefetch(self, store: Store, event_ids: list[int], should_stop: Callable[[], bool] | None = None) -> int:
         """Prepare the blocks of `event_ids` in order, one event at a time, until `should_stop()` or the KV budget
         is full; the events prepared."""
+        if not self.keeps_blocks:
+            return 0
         answerer = self.answerer("kv", store)
         prepared = 0
         for event_id in event_ids:

@@ -53,5 +53,9 @@ class TextModeAnswerer:
         answer.timings.prefill_s = time.perf_counter() - t0
         yield from stream_into(answer, self.session, pos, started, max_tokens, should_stop, lead_spans)
 
+    def reset(self) -> None:
+        """Forget the last reading (each answer clears the context before it reads anyway)."""
+        self.session.clear()
+
     def close(self) -> None:
         self.session.close()

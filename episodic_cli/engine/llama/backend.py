@@ -23,8 +23,8 @@ from .gguf import GGUFHeaderError, describe_damage, read_gguf_header
 
 INGEST_BATCH = 512
 
-# Architectures whose KV cache cannot be cut into position-independent event blocks (docs/how-it-works.md,
-# "The llama.cpp context").
+# Position encodings whose KV cache cannot be cut into position-independent event blocks (docs/how-it-works.md,
+# "The llama.cpp context"): such models answer in text mode.
 _REFUSED_ROPE = {
     L.LLAMA_ROPE_TYPE_MROPE: "M-RoPE",
     L.LLAMA_ROPE_TYPE_IMROPE: "M-RoPE",
@@ -128,19 +128,28 @@ class LlamaModel:
             chat_template=tmpl.decode("utf-8", "replace") if tmpl else None,
         )
 
-    def unsupported_reason(self) -> str | None:
-        """Why the engine cannot serve this model, or None. Event KV blocks need dense attention with plain RoPE."""
+    def cannot_answer_reason(self) -> str | None:
+        """Why this model cannot answer at all, or None: an encoder (an embedding model, T5's encoder) or a base
+        model without a chat template. Everything else answers, from blocks or as text (block_reuse_reason)."""
+        if L.llama_model_has_encoder(self.ptr) and not L.llama_model_has_decoder(self.ptr):
+            return "it is an encoder (embedding) model, which cannot write an answer"
         if L.llama_model_has_encoder(self.ptr):
-            return "it is an encoder-decoder model"
+            return "it is an encoder-decoder model, which epi's contexts do not run"
+        if not self.info.chat_template:
+            return "its GGUF has no chat template (a base model cannot follow the question format)"
+        return None
+
+    def block_reuse_reason(self) -> str | None:
+        """Why this model's KV cache cannot be cut into event blocks and loaded elsewhere, or None when it can
+        (dense attention with RoPE positions). Such a model answers in text mode: it re-reads the retrieved events
+        (docs/architectures.md has the measurements behind each case)."""
         if L.llama_model_is_recurrent(self.ptr) or L.llama_model_is_hybrid(self.ptr):
             return "it has a recurrent (state-space) memory, which cannot be split into event blocks"
         if L.llama_model_n_swa(self.ptr) > 0:
-            return "it uses sliding-window attention on some layers"
+            return "it uses sliding-window attention on some layers, whose cache holds only the last window"
         rope = L.llama_model_rope_type(self.ptr)
         if rope in _REFUSED_ROPE:
-            return f"it uses {_REFUSED_ROPE[rope]} positions"
-        if not self.info.chat_template:
-            return "its GGUF has no chat template (a base model cannot follow the question format)"
+            return f"it uses {_REFUSED_ROPE[rope]} positions, which a block cannot be moved by"
         return None
 
     # -- vocabulary -------------------------------------------------------------------------------------------
