@@ -485,7 +485,7 @@ def map_documents(model: str, store: str | None, threads: int | None, documents:
             with render.status(f"loading {model} to write the map", quiet=as_json):
                 ws.check_store(st)
                 ws.embedder.load(batches=False)
-                ws.answerer("kv", st, whole=True)
+                ws.map_answerer(st)
             with render.map_progress(quiet=as_json) as progress:
                 result = ws.write_map(st, progress, documents)
         if as_json:

@@ -914,13 +914,17 @@ class Workspace:
             self._condenser = Condenser(self.model, self.threads)
         return search_for(history, follow_up, self._condenser.rewrite(history, follow_up))
 
+    def map_answerer(self, store: Store) -> TextModeAnswerer | KVModeAnswerer:
+        """What writes the map: whole parts from blocks, or as text for a model without blocks (slower, the same
+        summaries)."""
+        return self.answerer("kv" if self.keeps_blocks else "text", store, whole=True)
+
     def write_map(self, store: Store, progress: Callable[[MapProgress], None] | None = None,
                   documents: set[str] | None = None, should_stop: Callable[[], bool] | None = None) -> MapProgress:
         """Summaries of every part, document and collection that lacks a current one (engine/answer/map_writer.py),
         from this model's blocks; resumable. `documents`: only these (their stored paths)."""
         self._adopt_embedder(store)
-        # a model without blocks reads each part as text (slower, the same summaries' shape)
-        answerer = self.answerer("kv" if self.keeps_blocks else "text", store, whole=True)
+        answerer = self.map_answerer(store)
         writer = MapWriter(store, answerer, f"{self.model.info.name} {self.prepared.sha256[:12]}",
                            self.embedder.embed_query,
                            room=self.whole_context - SUMMARY_TOKENS - QUESTION_ROOM, should_stop=should_stop)

@@ -105,11 +105,12 @@ class IngestPlan:
 def plan_ingest(reader: str | None, answering: str, kv: bool, fast_read: bool, write_map: bool) -> IngestPlan:
     """The one rule `epi ingest` and `Archive.ingest` follow. `reader`: --model; `answering`: the answer model or
     "none"; `fast_read`: read with the fast reader and let the answer model catch up later (`--background`)."""
-    # A model without blocks (text mode only) gains nothing from reading itself: the fast reader reads.
-    one_reader = kv and not fast_read and serves_blocks(answering)
-    reading = reader_model(reader, answering if one_reader else None)
+    # A model without blocks (text mode only) gains nothing from reading itself, and has no blocks to prepare
+    # after: the fast reader reads, and the answer model follows only to write the map.
+    blocks = serves_blocks(answering)
+    reading = reader_model(reader, answering if kv and not fast_read and blocks else None)
     follows = kv and answer_model_follows(answering, reading)
-    return IngestPlan(reading, answering, follows, follows and answering != reading, follows and write_map)
+    return IngestPlan(reading, answering, follows, follows and blocks and answering != reading, follows and write_map)
 
 
 def serves_blocks(name: str) -> bool:
