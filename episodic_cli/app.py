@@ -32,9 +32,8 @@ from .engine.ingest.watch import plan, watch_changes
 from .engine.kv.blocks import KINDS as KV_KINDS
 from .engine.kv.keeper import DEFAULT_KIND
 from .engine.llama.models import answer_model as chosen_answer_model
-from .engine.llama.models import plan_ingest, resolve_model_source
+from .engine.llama.models import change_model_settings, plan_ingest, resolve_model_source
 from .engine.paths import store_path
-from .engine.user_settings import UserSettings, load_settings, save_settings
 from .engine.prompt import check_question_length
 from .engine.retrieval.citations import printable
 from .engine.retrieval.question_kind import QuestionKind
@@ -670,7 +669,7 @@ def config(
     Example:  epi config --kv-budget 20GB     (lowering it evicts least recently used KV blocks at once)
               epi config --answer-model qwen2.5:7b     (a model Ollama keeps answers from now on)
     """
-    user = change_user_settings(default_model, model_folder or [])
+    user = change_model_settings(default_model, model_folder or [], render.warning)
     user_values = {"answer_model": chosen_answer_model(), "model_folders": user.model_folders}
     path = store_path(store)
     if kv_budget is None and not path.is_dir():  # nothing ingested yet: the user's settings alone
@@ -696,32 +695,6 @@ def config(
             if evicted:  # a bare number is bytes: "--kv-budget 20" keeps nothing, and says so
                 render.warning(f"the new budget evicted {evicted / 1e6:,.1f} MB of KV blocks (least recently used "
                                "first); sizes without a unit are bytes")
-
-
-def change_user_settings(default_model: str | None, folders: list[str]) -> UserSettings:
-    """`epi config --answer-model / --model-folder`: checked before they are kept (a model that does not resolve,
-    a folder that is not one, is one line and changes nothing)."""
-    user = load_settings()
-    if default_model is None and not folders:
-        return user
-    for folder in folders:
-        if folder.startswith("-"):
-            user.model_folders = [f for f in user.model_folders if f != folder[1:]]
-            continue
-        resolved = Path(folder).expanduser().resolve()
-        if not resolved.is_dir():
-            raise EpiError(f"--model-folder {folder}: not a folder")
-        if str(resolved) not in user.model_folders:
-            user.model_folders.append(str(resolved))
-    if default_model is not None:
-        if default_model == "default":
-            user.answer_model = None
-        else:
-            save_settings(user)  # a folder named in the same command is searched for the model
-            source = resolve_model_source(default_model, render.warning)
-            user.answer_model = default_model if not Path(default_model).expanduser().is_file() else str(source)
-    save_settings(user)
-    return user
 
 
 @app.command()

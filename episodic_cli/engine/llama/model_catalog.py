@@ -7,7 +7,7 @@ from pathlib import Path
 
 import llama_cpp as L
 
-from ..user_settings import load_settings
+from .model_settings import load_settings
 from .bundled import BUNDLED, assemble, is_installed
 from .model_facts import NONE, ModelFacts, ModelFileError, machine_memory, read_model_facts
 from .model_stores import FoundModel, find_models

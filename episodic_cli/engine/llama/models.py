@@ -25,7 +25,7 @@ from ..package_files import SMOLLM2, checked_path
 from ..paths import cache_dir
 from .backend import quiet_llama_logs
 from .bundled import BUNDLED, QWEN_1_5B, assemble, is_installed
-from ..user_settings import load_settings
+from .model_settings import UserSettings, load_settings, save_settings
 from .gguf import GGUFHeaderError, describe_damage, peek_file_type, read_gguf_header
 from .model_facts import BLOCKS, ModelFileError, machine_memory, read_model_facts
 from .model_stores import ModelStoreError, find_models, pick
@@ -175,6 +175,34 @@ def check_memory(name: str, path: Path) -> None:
     if have and need > have:
         raise EpiError(f"{name} needs about {need / 1e9:,.1f} GB of memory and this machine has {have / 1e9:,.1f} GB; "
                        "choose a smaller model or quantization (`epi models` shows what fits)")
+
+
+def change_model_settings(default_model: str | None, folders: list[str], warn: Callable[[str], None] | None = None
+                          ) -> UserSettings:
+    """`epi config --answer-model / --model-folder`, checked before they are kept: a folder that is not one is one
+    line and changes nothing; a model that does not resolve is one line and leaves the default as it was."""
+    user = load_settings()
+    if default_model is None and not folders:
+        return user
+    for folder in folders:
+        if folder.startswith("-"):
+            gone = {folder[1:], str(Path(folder[1:]).expanduser().resolve())}
+            user.model_folders = [f for f in user.model_folders if f not in gone]
+            continue
+        resolved = Path(folder).expanduser().resolve()
+        if not resolved.is_dir():
+            raise EpiError(f"--model-folder {folder}: not a folder")
+        if str(resolved) not in user.model_folders:
+            user.model_folders.append(str(resolved))
+    if default_model is not None:
+        if default_model == "default":
+            user.answer_model = None
+        else:
+            save_settings(user)  # a folder named in the same command is searched for the model
+            source = resolve_model_source(default_model, warn)
+            user.answer_model = default_model if not Path(default_model).expanduser().is_file() else str(source)
+    save_settings(user)
+    return user
 
 
 def file_sha256(path: Path) -> str:

@@ -1,4 +1,4 @@
-"""epi's settings that belong to the user, not to one store: the default answer model and the folders searched for
+"""The user's model settings, beside the stores (not in one): the default answer model and the folders searched for
 models (`epi config --answer-model NAME`, `--model-folder PATH`). One JSON file in the data directory, replaced
 whole on each change so that a reader never sees half of one."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .errors import EpiError
-from .paths import data_dir
+from ..errors import EpiError
+from ..paths import data_dir
 
 
 @dataclass
