@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import mmap
 import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,32 +110,34 @@ def _read_value(r: _Reader, vtype: int, key: str) -> int | None:
     return None
 
 
-def read_gguf_header(path: Path) -> GGUFHeader:
-    """Parse the whole header (metadata and tensor table) of a GGUF file; GGUFHeaderError when it does not hold
-    together. Reads a few MB at most for a multi-GB model: the weights are never touched."""
+@contextmanager
+def _mapped(path: Path) -> Iterator[tuple[_Reader, int]]:
+    """A bounds-checked reader over the whole file, mapped (never read into memory), and the file's size."""
     with open(path, "rb") as f:
         size = f.seek(0, 2)
         if size < 24:
             raise GGUFHeaderError(f"the file is only {size} bytes, shorter than a GGUF header")
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            return _parse(_Reader(data), size)
+            yield _Reader(data), size
+
+
+def read_gguf_header(path: Path) -> GGUFHeader:
+    """Parse the whole header (metadata and tensor table) of a GGUF file; GGUFHeaderError when it does not hold
+    together. Reads a few MB at most for a multi-GB model: the weights are never touched."""
+    with _mapped(path) as (r, size):
+        return _parse(r, size)
 
 
 def peek_file_type(path: Path) -> int | None:
     """general.file_type, reading metadata only up to that key (it comes early; the whole header costs ~40 ms
     for the bundled model, paid on every command otherwise). GGUFHeaderError when the header breaks before it."""
-    with open(path, "rb") as f:
-        size = f.seek(0, 2)
-        if size < 24:
-            raise GGUFHeaderError(f"the file is only {size} bytes, shorter than a GGUF header")
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            r = _Reader(data)
-            _, _, n_kv = _preamble(r)
-            for _ in range(n_kv):
-                key = r.string("metadata key").decode("utf-8", "replace")
-                value = _read_value(r, r.unpack("<I", f"type of {key}"), key)
-                if key == "general.file_type":
-                    return value
+    with _mapped(path) as (r, _):
+        _, _, n_kv = _preamble(r)
+        for _ in range(n_kv):
+            key = r.string("metadata key").decode("utf-8", "replace")
+            value = _read_value(r, r.unpack("<I", f"type of {key}"), key)
+            if key == "general.file_type":
+                return value
     return None
 
 
@@ -238,19 +242,14 @@ class GGUFMetadata:
 def read_gguf_metadata(path: Path) -> GGUFMetadata:
     """The file's metadata and tensor totals, for describing a model without loading it; GGUFHeaderError when the
     header does not hold together. Reads the header only (a few MB at most)."""
-    with open(path, "rb") as f:
-        size = f.seek(0, 2)
-        if size < 24:
-            raise GGUFHeaderError(f"the file is only {size} bytes, shorter than a GGUF header")
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            r = _Reader(data)
-            _, _, n_kv = _preamble(r)
-            values = {}
-            for _ in range(n_kv):
-                key = r.string("metadata key").decode("utf-8", "replace")
-                values[key] = _metadata_value(r, r.unpack("<I", f"type of {key}"), key)
-            r.pos = 0
-            return GGUFMetadata(values, _parse(r, size))
+    with _mapped(path) as (r, size):
+        _, _, n_kv = _preamble(r)
+        values = {}
+        for _ in range(n_kv):
+            key = r.string("metadata key").decode("utf-8", "replace")
+            values[key] = _metadata_value(r, r.unpack("<I", f"type of {key}"), key)
+        r.pos = 0
+        return GGUFMetadata(values, _parse(r, size))
 
 
 def describe_damage(path: Path) -> str | None:

@@ -169,8 +169,8 @@ def check_memory(name: str, path: Path) -> None:
         return
     try:
         facts = read_model_facts(path)
-    except ModelFileError as exc:
-        raise EpiError(f"cannot use model file {path}: {exc}") from None
+    except ModelFileError:
+        return  # a damaged file is named where it is prepared or loaded (_gguf_file_type, LlamaModel)
     have, need = machine_memory(), facts.memory_needed()
     if have and need > have:
         raise EpiError(f"{name} needs about {need / 1e9:,.1f} GB of memory and this machine has {have / 1e9:,.1f} GB; "
