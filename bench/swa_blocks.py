@@ -1,5 +1,6 @@
 """Can event blocks serve a model with interleaved sliding-window layers? Measured on the real Gemma 3 270M (18
-layers: 15 window layers of 512 tokens, 3 global ones; Q4_K_M; a base model, so logits, not answers).
+layers: 15 window layers of 512 tokens, 3 global ones; as published, Q4_K_M, and expanded to F16 as epi expands
+small answer models; a base model, so logits, not answers).
 
 llama.cpp gives such a model an iSWA cache: the global layers' cells in one KV cache, the window layers' in another
 that keeps only what the window still sees. A sequence's state blob (`llama_state_seq_get_data`) is the global part
@@ -28,8 +29,9 @@ Variants:
 Block shapes: one block shorter than the window, one longer, and four short blocks loaded one after another (the
 probe's window then spans several blocks' window parts).
 
-Also the dense tiny models of tests/test_architectures.py (random weights) under its own protocol, for the
-tolerance the SWA numbers are held to.
+The yardsticks: the dense tiny models of tests/test_architectures.py (random weights) under its protocol, with
+two controls (the same text at other positions; K left unrotated after a move), and the real dense
+Qwen2.5-Coder-0.5B-Instruct (when installed) under this one, in both forms.
 
     python bench/swa_blocks.py [--gguf gemma-3-270m-q4_k_m.gguf] [--threads 2]
 
