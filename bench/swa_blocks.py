@@ -199,7 +199,8 @@ def run_shape(model, tokens: np.ndarray, lengths: list[int], threads: int, windo
             src = session()
             try:
                 prefill_at(src, np.concatenate([other, text]), SHIFT)
-                blobs = [K.capture_block(src, 0, SHIFT + int(a), SHIFT + int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+                blobs = [K.capture_block(src, 0, SHIFT + int(a), SHIFT + int(b))
+                         for a, b in zip(bounds[:-1], bounds[1:])]
                 other_blob = K.capture_block(src, 0, SHIFT, SHIFT + OTHER)
             finally:
                 src.close()
