@@ -135,7 +135,7 @@ ARCHS: dict[str, TinyArch] = {
     "qwen2": TinyArch("qwen2", ("<|im_start|>", "<|im_end|>"), "<|im_end|>", CHATML_TEMPLATE,
                       "<|im_start|>assistant\n", "<|im_start|>", neox=True),
     "qwen3": TinyArch("qwen3", ("<|im_start|>", "<|im_end|>"), "<|im_end|>", QWEN3_TEMPLATE,
-                      "<|im_start|>assistant\n", "<|im_start|>", neox=True),
+                      "<|im_start|>assistant\n<think>\n\n</think>\n\n", "<|im_start|>", neox=True),  # no thinking
     "gemma3": TinyArch("gemma3", ("<start_of_turn>", "<end_of_turn>"), "<end_of_turn>", GEMMA_TEMPLATE,
                        "<start_of_turn>model\n", "<start_of_turn>", neox=True, sliding_window=32),
     "phi3": TinyArch("phi3", ("<|system|>", "<|user|>", "<|assistant|>", "<|end|>"), "<|end|>", PHI3_TEMPLATE,

@@ -16,9 +16,12 @@ from pathlib import Path
 
 import llama_cpp as L
 import numpy as np
+from jinja2 import TemplateError
 
 from ... import native
 from ..errors import EpiError
+from .chat_template import JINJA, JinjaTemplate
+from .chat_template import choose as choose_renderer
 from .gguf import GGUFHeaderError, describe_damage, read_gguf_header
 
 INGEST_BATCH = 512
@@ -183,7 +186,39 @@ class LlamaModel:
         return bool(L.llama_vocab_is_eog(self.vocab, token))
 
     def apply_chat_template(self, messages: list[dict[str, str]]) -> str:
-        """Render with the template stored in the GGUF; llama.cpp recognises the common ones (ChatML, Llama 3, ...)."""
+        """Render with the template stored in the GGUF: by llama.cpp where its built-in format agrees with the
+        template's own Jinja, else by the Jinja (chat_template.py)."""
+        if self.template_renderer == JINJA:
+            try:
+                return self._jinja.render(messages)
+            except (TemplateError, TypeError, ValueError, AttributeError) as exc:
+                raise EpiError(f"the chat template of {self.path.name} cannot render this conversation ({exc})") \
+                    from None
+        rendered = self._builtin_template(messages)
+        if rendered is None:
+            raise EpiError(f"llama.cpp does not recognise the chat template of {self.path.name}")
+        return rendered
+
+    @cached_property
+    def _jinja(self) -> JinjaTemplate | None:
+        if not self.info.chat_template:
+            return None
+        try:
+            return JinjaTemplate(self.info.chat_template, self._token_text(L.llama_vocab_bos(self.vocab)),
+                                 self._token_text(L.llama_vocab_eos(self.vocab)))
+        except TemplateError:
+            return None
+
+    @cached_property
+    def template_renderer(self) -> str:
+        """JINJA or LLAMA_CPP: which renders this model's prompts (chat_template.choose)."""
+        return choose_renderer(self._jinja, self._builtin_template)
+
+    def _token_text(self, token: int) -> str:
+        return self.pieces()[token].decode("utf-8", "replace") if 0 <= token < self.info.n_vocab else ""
+
+    def _builtin_template(self, messages: list[dict[str, str]]) -> str | None:
+        """llama.cpp's rendering of the GGUF's template (None where it recognises no format it knows)."""
         arr = (L.llama_chat_message * len(messages))()
         keep = []
         for i, m in enumerate(messages):
@@ -196,7 +231,7 @@ class LlamaModel:
             buf = ctypes.create_string_buffer(size)
             n = L.llama_chat_apply_template(tmpl, arr, len(messages), True, buf, size)
             if n < 0:
-                raise EpiError(f"llama.cpp does not recognise the chat template of {self.path.name}")
+                return None
             if n <= size:
                 return buf.raw[:n].decode("utf-8", "replace")
             size = n + 1
