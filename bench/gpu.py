@@ -37,7 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 WINDOW = 2048
 BATCH = 512  # backend.INGEST_BATCH
-EXPAND_TO_F16_MAX_BYTES = 700_000_000  # models.EXPAND_TO_F16_MAX_PARAMS * 0.7: the rule prepare_model applies
+EXPAND_TO_F16_MAX_BYTES = 700_000_000  # model_facts.EXPAND_TO_F16_MAX_BYTES: the rule prepare_model applies
 _keep_log = None
 
 

