@@ -34,7 +34,7 @@ def test_qwen_1_5b_by_name_answers_from_its_own_blocks(shared_store, tmp_path):
 
 def test_an_unknown_model_name_lists_the_names(shared_store):
     result = runner.invoke(app, ["ask", TEXT_QUESTION, "--store", str(shared_store.store_dir), "--model", "qwen-9b"])
-    assert_one_line_error(result, "model file not found: qwen-9b", "smollm2, qwen-1.5b, qwen-0.5b")
+    assert_one_line_error(result, "no model named qwen-9b", "smollm2, qwen-1.5b, qwen-0.5b", "epi models")
 
 
 @needs_1_5b

@@ -156,7 +156,7 @@ def test_bad_model_stores_are_one_line_each(model_home, shared_store, tmp_path, 
     assert_one_line_error(runner.invoke(app, [*ask, "broken:7b"]), "broken:7b", "not valid JSON", "ollama pull")
     assert_one_line_error(runner.invoke(app, [*ask, "notgguf:1b"]), "notgguf:1b", "not a GGUF")
     assert_one_line_error(runner.invoke(app, [*ask, "gone:1b"]), "missing", "ollama pull gone:1b")
-    assert_one_line_error(runner.invoke(app, [*ask, "nothing:here"]), "no model named", "epi models")
+    assert_one_line_error(runner.invoke(app, [*ask, "nothing:here"]), "no model named nothing:here", "epi models")
     listed = {m["name"]: m for m in models_json()["models"]}  # broken entries are listed with why, not fatal
     assert listed["broken:7b"]["serving"] == "none" and "not valid JSON" in listed["broken:7b"]["why"]
     assert listed["notgguf:1b"]["serving"] == "none" and "not a GGUF" in listed["notgguf:1b"]["why"]

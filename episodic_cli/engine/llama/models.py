@@ -154,10 +154,11 @@ def found_model_path(name: str) -> Path:
     except ModelStoreError as exc:
         raise EpiError(str(exc)) from None
     if found is None:
-        looks_like_path = "/" in name and (name.endswith(".gguf") or name.startswith((".", "~", "/")))
-        what = "model file not found" if looks_like_path else "no model named"
-        raise EpiError(f"{what}: {name} (`epi models` lists the names --model takes: installed ones, Ollama's, "
-                       "LM Studio's, the Hugging Face cache's, and .gguf files)")
+        if name.endswith(".gguf") or name.startswith((".", "~", "/")):
+            raise EpiError(f"model file not found: {name} (pass a .gguf file, or a name `epi models` lists)")
+        raise EpiError(f"no model named {name}: not an installed one ({', '.join(model_names())}), and no model "
+                       "store here has it (`epi models` lists the names --model takes: Ollama's, LM Studio's, the "
+                       "Hugging Face cache's, your folders')")
     return found.path
 
 
