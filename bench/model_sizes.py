@@ -344,11 +344,19 @@ def _shape_record(s: Shape) -> dict:
 
 
 def _rss_now() -> int:
+    return _rss_parts()["VmRSS"]
+
+
+def _rss_parts() -> dict[str, int]:
+    """The process's resident memory now (VmRSS) and its parts: anonymous (heap: the KV cache, buffers, weights
+    llama.cpp copied out of the file to repack them) and file-backed (the model's mapped pages it has touched)."""
+    out = {"VmRSS": 0, "RssAnon": 0, "RssFile": 0}
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
+            key = line.split(":")[0]
+            if key in out:
+                out[key] = int(line.split()[1]) * 1024
+    return out
 
 
 def worker_generate(a) -> dict:
@@ -381,7 +389,9 @@ def _load(a):
     rss0 = _rss_now()
     t0 = time.perf_counter()
     model = LlamaModel(Path(a.model_path))
-    return model, {"load_s": time.perf_counter() - t0, "rss_after_imports": rss0, "rss_after_load": _rss_now()}
+    parts = _rss_parts()
+    return model, {"load_s": time.perf_counter() - t0, "rss_after_imports": rss0, "rss_after_load": parts["VmRSS"],
+                   "rss_anon_after_load": parts["RssAnon"], "rss_file_after_load": parts["RssFile"]}
 
 
 def _prompt_parts(model, n_blocks: int) -> tuple[np.ndarray, np.ndarray]:
@@ -494,7 +504,9 @@ def _first_token_then_one(session, pos: int, t0: float, out: dict) -> None:
     t1 = time.perf_counter()
     session.decode(np.array([token], dtype=np.int32), pos)
     out["one_decode_s"] = time.perf_counter() - t1
-    out["rss_after_first_token"] = _rss_now()
+    parts = _rss_parts()
+    out["rss_after_first_token"] = parts["VmRSS"]
+    out["rss_anon_after_first_token"], out["rss_file_after_first_token"] = parts["RssAnon"], parts["RssFile"]
 
 
 def worker_text(a) -> dict:
@@ -702,19 +714,21 @@ def measure(s: Shape, a) -> dict:
         preps.append(run_worker("prep", common, f"{s.name}-prep"))
         p = preps[-1]
         log(f"  {p['prep_tok_s']:.1f} tok/s over {p['tokens']} tokens ({p['blocks']} blocks, {p['moved_blocks']} "
-            f"moved by the window), q8_0 {p['kv_bytes_per_token_q8_0']:,.0f} B/token, peak RSS {fmt_gb(p['peak_rss'])}")
+            f"moved by the window), q8_0 {p['kv_bytes_per_token_q8_0']:,.0f} B/token, peak RSS {fmt_gb(p['peak_rss'])}, "
+            f"load {p['load_avg_1m'][1]:.1f}")
     for i in range(max(n_text, a.repeat)):
         log(f"{s.name}: first token from blocks ({i + 1}/{max(n_text, a.repeat)})")
         blocks.append(run_worker("blocks", common, f"{s.name}-blocks"))
         b = blocks[-1]
         log(f"  {b['first_token_s']:.3f} s (read {b['read_s']:.3f}, assemble {b['assemble_s']:.3f}, load "
-            f"{b['load_block_s']:.3f}, question {b['question_s']:.3f}), peak RSS {fmt_gb(b['peak_rss'])}")
+            f"{b['load_block_s']:.3f}, question {b['question_s']:.3f}), peak RSS {fmt_gb(b['peak_rss'])}, "
+            f"load {b['load_avg_1m'][1]:.1f}")
         if i < n_text:
             log(f"{s.name}: first token re-reading {a.tokens} tokens as text ({i + 1}/{n_text})")
             texts.append(run_worker("text", common, f"{s.name}-text"))
             t = texts[-1]
             log(f"  {t['first_token_s']:.2f} s ({t['prefill_tok_s']:.1f} tok/s prefill), peak RSS "
-                f"{fmt_gb(t['peak_rss'])}")
+                f"{fmt_gb(t['peak_rss'])}, load {t['load_avg_1m'][1]:.1f}")
     p = max(preps, key=lambda r: r["prep_tok_s"])
     row.update({k: p[k] for k in ("architecture", "n_params", "n_layer", "n_embd", "n_head_kv", "n_vocab",
                                   "n_ctx_train", "threads_batch", "threads_decode", "sink_tokens", "tail_tokens",
@@ -727,6 +741,14 @@ def measure(s: Shape, a) -> dict:
     row["peak_rss_text"] = max(t["peak_rss"] or 0 for t in texts)
     row["peak_rss_blocks"] = max(b["peak_rss"] or 0 for b in blocks)
     row["decode_tok_s"] = 1 / min(r["one_decode_s"] for r in texts + blocks)
+    # VmRSS = anonymous (KV cache, buffers, the weights llama.cpp copied out of the file to repack them for its CPU
+    # kernels) + file-backed (the mapped model pages touched, including those of repacked tensors it read once)
+    for which, runs in (("text", texts), ("blocks", blocks)):
+        last = max(runs, key=lambda r: r["peak_rss"] or 0)
+        row[f"rss_anon_{which}"] = last.get("rss_anon_after_first_token")
+        row[f"rss_file_{which}"] = last.get("rss_file_after_first_token")
+    row["load_avg_1m"] = [min(r["load_avg_1m"][0] for r in preps + texts + blocks),
+                          max(r["load_avg_1m"][1] for r in preps + texts + blocks)]
     row["n_ctx"] = blocks[0]["n_ctx"]
     # a check that the blocks were loaded where they belong: with real weights the greedy first token is mostly
     # the same both ways (the blocks were computed in the ingest's window, and stored at q8_0)
@@ -800,7 +822,9 @@ def main() -> None:
     print(NOTE)
     for r in doc["models"]:
         print(f"- {r['label']}: text / blocks = {r['ratio']:.0f}x; K moved by {r['k_rotated_by']}; decode "
-              f"{r['decode_tok_s']:.1f} tok/s; n_ctx {r['n_ctx']}")
+              f"{r['decode_tok_s']:.1f} tok/s; n_ctx {r['n_ctx']}; blocks' peak RSS: {fmt_gb(r['rss_anon_blocks'])} "
+              f"anonymous + {fmt_gb(r['rss_file_blocks'])} mapped file; load average {r['load_avg_1m'][0]:.1f}-"
+              f"{r['load_avg_1m'][1]:.1f}")
     log(f"total {doc['total_s'] / 60:.1f} min; {out}")
 
 
