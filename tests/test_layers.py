@@ -2,6 +2,7 @@
 import each other (docs/how-it-works.md, "Layout"). Read from the source with ast, so a new import that runs back up
 fails here, not in a review."""
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,15 +32,27 @@ ALLOWED = {
 }
 
 
+def installed_names() -> dict[str, list[str]]:
+    """Source folders that install under another name (pyproject.toml's package-dir: store/ is episodic_cli.store),
+    so that a relative import in them resolves as it does once installed."""
+    found = re.findall(r'^"([\w.]+)" = "(\w+)"$', (ROOT / "pyproject.toml").read_text(), re.MULTILINE)
+    return {folder: package.split(".") for package, folder in found}
+
+
+INSTALLED_AS = installed_names()
+
+
 def module_name(path: Path) -> list[str]:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[0] in INSTALLED_AS:
+        parts = INSTALLED_AS[parts[0]] + parts[1:]
     return parts[:-1] if parts[-1] == "__init__" else parts
 
 
-def imported_modules(path: Path, ours_only: bool = True) -> set[str]:
+def imported_modules(path: Path, ours_only: bool = True, as_module: list[str] | None = None) -> set[str]:
     """Absolute dotted names of everything `path` imports (from the episodic_cli package alone, unless not
-    `ours_only`)."""
-    here = module_name(path)
+    `ours_only`); `as_module`: the module's installed name, where `path` is not in the tree."""
+    here = as_module or module_name(path)
     package = here if path.name == "__init__.py" else here[:-1]
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
@@ -82,11 +95,23 @@ def test_engine_imports_run_one_way(path):
     assert not wrong, f"{path.relative_to(ROOT)} imports {sorted(wrong)} (engine part {part!r} may import {sorted(ALLOWED[part])})"
 
 
-def test_store_imports_nothing_of_the_engine():
+def test_store_and_native_import_nothing_of_the_engine():
+    assert INSTALLED_AS == {"store": ["episodic_cli", "store"], "native": ["episodic_cli", "native"]}
     for path in sorted((ROOT / "store").rglob("*.py")):
         wrong = {n for n in imported_modules(path, ours_only=False)
                  if n.startswith(("episodic_cli.engine", "episodic_cli.app", "llama_cpp"))}
         assert not wrong, f"{path.relative_to(ROOT)} imports {sorted(wrong)}"
+    for path in sorted((ROOT / "native").rglob("*.py")):
+        wrong = {n for n in imported_modules(path) if not n.startswith("episodic_cli.native")}
+        assert not wrong, f"{path.relative_to(ROOT)} imports {sorted(wrong)}"
+
+
+def test_a_store_module_importing_the_engine_relatively_is_seen(tmp_path):
+    """The check itself: store/ installs as episodic_cli.store, so `..engine` from it is the engine."""
+    fake = tmp_path / "fake.py"
+    fake.write_text("from ..engine.llama import backend\nfrom . import records\n")
+    found = imported_modules(fake, as_module=INSTALLED_AS["store"] + ["fake"])
+    assert "episodic_cli.engine.llama.backend" in found and "episodic_cli.store.records" in found
 
 
 def test_the_ast_walk_sees_a_relative_import_that_runs_back_up(tmp_path):
