@@ -32,11 +32,10 @@ MAX_QUERY_TERMS = 32
 # BM25 weight of the place column against the text column's 1.0 (bench/heldout.py --retrieval; docs/evaluation.md).
 PLACE_WEIGHT = 1.0
 
-# '_' as a token character keeps identifiers like max_retries one token; their parts are indexed beside them. The
-# porter stemmer (FTS5's own) wraps those tokens, in the index and in queries alike, so "class" meets "classes" and
-# "use" meets "used" (measured on the held-out sets: docs/evaluation.md, "Stemming").
-TOKENIZE = "porter unicode61 tokenchars '_'"
-CREATE_TABLE = f"""CREATE VIRTUAL TABLE events_fts USING fts5(text, place, tokenize="{TOKENIZE}")"""
+# The tables (events_fts, summaries_fts) are made by schema.py's migrations with tokenize="porter unicode61
+# tokenchars '_'": '_' as a token character keeps identifiers like max_retries one token, their parts indexed beside
+# them; the porter stemmer (FTS5's own) wraps those tokens, in the index and in queries alike, so "class" meets
+# "classes" and "use" meets "used" (measured on the held-out sets: docs/evaluation.md, "Stemming").
 
 _WORD_RE = re.compile(r"\w+")
 # Humps of an identifier chunk: "HTTPServer" -> HTTP, Server; "getAndroidApiLevel" -> get, Android, Api, Level;

@@ -1,7 +1,10 @@
 """SQLite schema as an ordered list of migrations (recorded in `_migrations`, like simonw/llm).
 
 Never edit or reorder an applied migration: append a new function instead. Changes that make old stores unreadable
-bump STORE_FORMAT_VERSION rather than adding a migration.
+bump STORE_FORMAT_VERSION rather than adding a migration. A migration's SQL is written out as it was on the day it
+was added, never taken from a module's constant: a later change to that constant would change what an old migration
+builds, and a fresh store would no longer equal an upgraded one (tests/test_migrations.py). The row transforms they
+call (lexical.fts5_document, checksum.event_checksum) compute what a fresh ingest computes today.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ import sqlite3
 import time
 from typing import Callable
 
-from . import lexical, summaries
+from . import lexical
 from .checksum import CHECKED_COLUMNS, event_checksum
 
 Migration = Callable[[sqlite3.Connection], None]
@@ -109,7 +112,7 @@ def m007_lexical_identifier_parts_and_places(conn: sqlite3.Connection) -> None:
     # document's path, the headings or class/function around the event): lexical.py. Rebuilt from the stored events,
     # so a store written before it answers from the new index at once, without re-ingesting.
     conn.execute("DROP TABLE events_fts")
-    conn.execute(lexical.CREATE_TABLE)
+    conn.execute("""CREATE VIRTUAL TABLE events_fts USING fts5(text, place, tokenize="unicode61 tokenchars '_'")""")
     rows = conn.execute("SELECT e.id, e.text, e.section, d.display_path FROM events e "
                         "JOIN documents d ON d.id = e.document_id")
     conn.executemany("INSERT INTO events_fts (rowid, text, place) VALUES (?, ?, ?)",
@@ -130,18 +133,38 @@ def m008_event_checksums(conn: sqlite3.Connection) -> None:
 def m009_summaries(conn: sqlite3.Connection) -> None:
     # The map (summaries.py): an answer model's summaries of parts, documents and collections, searched by overview
     # questions as events are by lookups.
-    for sql in summaries.CREATE_STATEMENTS:
+    statements = [
+        """CREATE TABLE summaries (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        document_id INTEGER REFERENCES documents(id) ON DELETE CASCADE,  -- NULL: a collection's summary
+        level TEXT NOT NULL,          -- part | document | collection
+        key TEXT NOT NULL UNIQUE,     -- what it covers: document id + section path, or the collection's folder
+        label TEXT NOT NULL,          -- how a citation names what it covers: 'ch. 3 "The Betrayal"', 'src/'
+        first_ordinal INTEGER, last_ordinal INTEGER,
+        page_start INTEGER, page_end INTEGER, line_start INTEGER, line_end INTEGER,
+        n_tokens INTEGER NOT NULL,    -- tokens of the document it covers
+        model TEXT NOT NULL,          -- the model that wrote it
+        content_sha256 TEXT NOT NULL, -- the content it was written from (a collection: a hash of its documents')
+        text TEXT NOT NULL,
+        embedding BLOB NOT NULL,
+        created_at REAL NOT NULL
+    )""",
+        "CREATE INDEX summaries_document ON summaries(document_id)",
+        """CREATE VIRTUAL TABLE summaries_fts USING fts5(text, place, tokenize="unicode61 tokenchars '_'")""",
+    ]
+    for sql in statements:
         conn.execute(sql)
 
 
 @migration
 def m010_lexical_stemming(conn: sqlite3.Connection) -> None:
-    # The lexical tables stem with FTS5's porter stemmer (lexical.TOKENIZE). Their rows are copied as they are into
+    # The lexical tables stem with FTS5's porter stemmer (lexical.py says why). Their rows are copied as they are into
     # tables made with it, so a store written before answers from the stemmed index at once, without re-ingesting.
     for table in ("events_fts", "summaries_fts"):
         rows = conn.execute(f"SELECT rowid, text, place FROM {table}").fetchall()
         conn.execute(f"DROP TABLE {table}")
-        conn.execute(f'CREATE VIRTUAL TABLE {table} USING fts5(text, place, tokenize="{lexical.TOKENIZE}")')
+        conn.execute(f"""CREATE VIRTUAL TABLE {table} USING fts5(text, place,
+                         tokenize="porter unicode61 tokenchars '_'")""")
         conn.executemany(f"INSERT INTO {table} (rowid, text, place) VALUES (?, ?, ?)", rows)
 
 

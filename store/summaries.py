@@ -20,32 +20,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from .kv_tier import block_key
-from .lexical import TOKENIZE, fts5_document, fts5_query
+from .lexical import fts5_document, fts5_query
 from .records import DocumentRecord
 
 # A section is one heading below a part (a chapter's sections): summarised beside its part, not into it.
 SECTION, PART, DOCUMENT, COLLECTION = "section", "part", "document", "collection"
 LEVELS = (SECTION, PART, DOCUMENT, COLLECTION)
 
-CREATE_STATEMENTS = [
-    """CREATE TABLE summaries (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        document_id INTEGER REFERENCES documents(id) ON DELETE CASCADE,  -- NULL: a collection's summary
-        level TEXT NOT NULL,          -- section | part | document | collection
-        key TEXT NOT NULL UNIQUE,     -- what it covers: document id + section path, or the collection's folder
-        label TEXT NOT NULL,          -- how a citation names what it covers: 'ch. 3 "The Betrayal"', 'src/'
-        first_ordinal INTEGER, last_ordinal INTEGER,
-        page_start INTEGER, page_end INTEGER, line_start INTEGER, line_end INTEGER,
-        n_tokens INTEGER NOT NULL,    -- tokens of the document it covers
-        model TEXT NOT NULL,          -- the model that wrote it
-        content_sha256 TEXT NOT NULL, -- the content it was written from (a collection: a hash of its documents')
-        text TEXT NOT NULL,
-        embedding BLOB NOT NULL,
-        created_at REAL NOT NULL
-    )""",
-    "CREATE INDEX summaries_document ON summaries(document_id)",
-    f"""CREATE VIRTUAL TABLE summaries_fts USING fts5(text, place, tokenize="{TOKENIZE}")""",
-]
+# The tables (summaries, summaries_fts) are made by schema.py's migrations m009 and m010.
 
 _COLS = ("id, document_id, level, key, label, first_ordinal, last_ordinal, page_start, page_end, line_start, "
          "line_end, n_tokens, model, content_sha256, text, embedding, created_at")
