@@ -123,16 +123,6 @@ class _Record:
 
 
 @dataclass
-class Place(_Record):
-    """Where a piece of a document is: pages (PDF), lines (text, code) or blocks (EPUB, HTML, Word)."""
-
-    page_start: int | None = None
-    page_end: int | None = None
-    line_start: int | None = None
-    line_end: int | None = None
-
-
-@dataclass
 class Quote(_Record):
     """A sentence of the sources that supports an answer, with where it is."""
 

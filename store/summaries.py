@@ -25,7 +25,6 @@ from .records import DocumentRecord
 
 # A section is one heading below a part (a chapter's sections): summarised beside its part, not into it.
 SECTION, PART, DOCUMENT, COLLECTION = "section", "part", "document", "collection"
-LEVELS = (SECTION, PART, DOCUMENT, COLLECTION)
 
 # The tables (summaries, summaries_fts) are made by schema.py's migrations m009 and m010.
 
@@ -211,11 +210,3 @@ class SummaryShelf:
         rows = self._conn.execute("SELECT rowid, bm25(summaries_fts) AS s FROM summaries_fts WHERE summaries_fts "
                                   "MATCH ? ORDER BY s LIMIT ?", (match, k))
         return [(int(r[0]), -float(r[1])) for r in rows]
-
-    def by_ids(self, ids: list[int]) -> list[SummaryRecord]:
-        if not ids:
-            return []
-        marks = ",".join("?" * len(ids))
-        found = {r[0]: _record(r) for r in self._conn.execute(f"SELECT {_COLS} FROM summaries WHERE id IN ({marks})",
-                                                              ids)}
-        return [found[i] for i in ids if i in found]

@@ -137,11 +137,6 @@ class KVBlockReader:
             os.close(self._fd)
             raise
 
-    @property
-    def first_block_offset(self) -> int:
-        """Size of the file header: the bytes of a file that belong to no block."""
-        return self._first
-
     def read(self, offset: int, event_id: int | None = None, length: int | None = None) -> KVBlock:
         """The block at `offset`, verified; `event_id`/`length` (from SQLite) are checked against it when given."""
         if offset < self._first:
