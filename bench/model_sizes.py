@@ -39,7 +39,7 @@ the same number of tokens), not answers.
 
     python bench/model_sizes.py [--models qwen2.5-0.5b qwen2.5-1.5b qwen2.5-7b llama3.1-8b] [--tokens 3000]
         [--threads N] [--repeat 2] [--big-repeat 1] [--dir /work/bigmodels] [--out FILE]
-    python bench/model_sizes.py --add-predictions bench/results/model-sizes/DATE.json   # fill in epi's prediction
+    python bench/model_sizes.py --add-predictions bench/results/model-sizes/2026-12-07.json   # fill in epi's prediction
 """
 from __future__ import annotations
 

@@ -50,7 +50,7 @@ def _home(env: Mapping[str, str]) -> Path:
 
 
 def ollama_places(env: Mapping[str, str] = os.environ) -> list[Path]:
-    """OLLAMA_MODELS, else the user's ~/.ollama/models and the Linux service's (docs/faq.md of Ollama)."""
+    """OLLAMA_MODELS, else the user's ~/.ollama/models and the Linux service's (Ollama's FAQ on where models are)."""
     if env.get("OLLAMA_MODELS"):
         return [Path(env["OLLAMA_MODELS"]).expanduser()]
     return [_home(env) / ".ollama" / "models", Path("/usr/share/ollama/.ollama/models"),
