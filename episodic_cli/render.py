@@ -591,7 +591,8 @@ def models(rows: list[dict], machine: dict) -> None:
             table.add_row(name, r["source"], *[""] * 8, _SERVING["none"])
             continue
         memory = _short(r["memory_needed_bytes"]) + ("" if r["fits_memory"] else " [red]too big[/]")
-        table.add_row(name, r["source"], escape(r["architecture"]), _short(r["parameters"]), r["quantization"],
+        table.add_row(name, r["source"], escape(r["architecture"]),
+                      _short(r["parameters"]).replace("G", "B"), r["quantization"],
                       _short(r["file_bytes"]), _short(r["context_length"]), _short(r["kv_bytes_per_token"]),
                       _short(r["kv_budget_tokens"] or 0), memory, _SERVING[r["serving"]])
     out.print(table)
