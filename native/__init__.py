@@ -93,7 +93,8 @@ def state_blob_size(n_layer: int, n_cells: int, n_embd_k: int, n_embd_v: int) ->
 @dataclass(frozen=True)
 class RopeShift:
     """Move a block `delta` positions and rotate its K rows by that much, as llama.cpp's K-shift does (ggml's RoPE
-    with the shift as position; plain RoPE only: no YaRN, frequency factors or attention factor)."""
+    with the shift as position; plain RoPE, with Llama 3.1's per-pair frequency factors where the model has them; no
+    YaRN or attention factor)."""
 
     delta: int
     head_dim: int       # values per KV head in a K row
@@ -102,9 +103,12 @@ class RopeShift:
     freq_base: float
     freq_scale: float
     fused: bool         # x0*c - x1*s with one rounding, as a llama.cpp built for an FMA CPU: rope_shift_fused_default()
+    freq_factors: tuple[float, ...] | None = None  # n_rot / 2 divisors of each pair's angle (`rope_freqs`), or None
 
     def as_args(self) -> tuple:
-        return (self.delta, self.head_dim, self.n_rot, int(self.neox), self.freq_base, self.freq_scale, self.fused)
+        factors = None if self.freq_factors is None else np.asarray(self.freq_factors, dtype=np.float32)
+        return (self.delta, self.head_dim, self.n_rot, int(self.neox), self.freq_base, self.freq_scale, self.fused,
+                factors)
 
 
 def assemble_state_blob(kind: QuantKind, positions: np.ndarray, k_rows: np.ndarray, v_rows: np.ndarray, n_layer: int,

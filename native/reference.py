@@ -107,6 +107,9 @@ def rope_angles(shift) -> tuple[np.ndarray, np.ndarray]:
     for j in range(len(theta)):
         theta[j] = t
         t = np.float32(t * theta_scale)
+    factors = getattr(shift, "freq_factors", None)
+    if factors is not None:  # ggml_rope_cache_init: theta / ff before the scale, in float32
+        theta = (theta / np.asarray(factors, dtype=np.float32)).astype(np.float32)
     angle = (np.float32(shift.freq_scale) * theta).astype(np.float64)
     return np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
 

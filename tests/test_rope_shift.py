@@ -9,8 +9,10 @@ K-shift inside the next decode.
 * Against llama.cpp itself, on the real bundled model (NORM) and the tiny Qwen2-shaped model (NEOX): a block moved
   natively is bit-identical to the same block moved with `seq_add` once llama.cpp has shifted it, for f16, q8_0 and
   q4_0 payloads and shifts both ways, and the next decode's logits are identical.
-* Models whose RoPE is not plain (frequency factors, YaRN) are left to llama.cpp, and the test shows why: rotating
-  them natively would give other keys than llama.cpp's.
+* Llama 3.1's frequency factors (one `rope_freqs` tensor for every layer) are applied natively, bit-identical to
+  llama.cpp's shift of the same model.
+* Models whose RoPE is not plain otherwise (YaRN, per-context factors) are left to llama.cpp, and the test shows why:
+  rotating them natively would give other keys than llama.cpp's.
 """
 from __future__ import annotations
 
@@ -47,15 +49,17 @@ def _synthetic_block(seed: int, first: int = 1000) -> K.ParsedBlock:
     return K.ParsedBlock(positions, k, v, v_trans=False, src_seq=1, cell_seq=1)
 
 
+@pytest.mark.parametrize("factors", [False, True])  # True: Llama 3.1-style per-pair frequency factors
 @pytest.mark.parametrize("n_rot", [64, 32, 24])  # 24: not a multiple of 16, so the scalar path even where AVX2 is
 @pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("neox", [False, True])
-def test_native_rotation_matches_the_numpy_reference(neox, fused, n_rot):
+def test_native_rotation_matches_the_numpy_reference(neox, fused, n_rot, factors):
     block = _synthetic_block(seed=n_rot + 2 * fused + neox)
     payload = K.encode_block(block, "f16")
+    freq_factors = tuple(np.linspace(1.0, 8.0, n_rot // 2, dtype=np.float32).tolist()) if factors else None
     for delta in DELTAS:
         shift = native.RopeShift(delta=delta, head_dim=64, n_rot=n_rot, neox=neox, freq_base=100000.0,
-                                 freq_scale=1.0, fused=fused)
+                                 freq_scale=1.0, fused=fused, freq_factors=freq_factors)
         moved = K.parse_state_blob(K.state_blob_from_payload(payload, move_to=1000 + delta, rope=shift))
         want = R.rope_shift_k(block.k, shift)
         ulps = np.abs(moved.k.view(np.int16).astype(np.int32) - want.view(np.int16).astype(np.int32))
@@ -145,8 +149,19 @@ def test_neox_rope_moves_as_llama_cpp_moves_it(tmp_path):
     _check_against_llama_cpp(model, model.tokenize(license_text()), [-31, 950, 1900])
 
 
+def test_llama_3_frequency_factors_move_as_llama_cpp_moves_them(tmp_path):
+    """A tiny llama with Llama 3.1's `rope_freqs` tensor: epi rotates its blocks itself, bit-identical to llama.cpp."""
+    from episodic_cli.engine.llama.backend import LlamaModel
+
+    factors = np.linspace(1.0, 8.0, HEAD_DIM // 2).astype(np.float32)
+    model = LlamaModel(write_tiny_model(tmp_path / "llama3.gguf", rope_freqs=factors))
+    rope = rope_params(model)
+    assert rope.plain and np.array_equal(np.asarray(rope.freq_factors, dtype=np.float32), factors)
+    assert k_shift(rope, model).freq_factors == rope.freq_factors
+    _check_against_llama_cpp(model, model.tokenize(license_text()), [-31, 950, 1900])
+
+
 NOT_PLAIN = {
-    "rope_freqs": dict(rope_freqs=np.linspace(1.0, 8.0, HEAD_DIM // 2)),  # Llama 3.1-style frequency factors
     "yarn": dict(extra_meta={"llama.rope.scaling.type": "yarn", "llama.rope.scaling.factor": 4.0,
                              "llama.rope.scaling.original_context_length": 1024}),
     "yarn_ext_factor": dict(extra_meta={"llama.rope.scaling.yarn_ext_factor": 0.5}),  # Grok sets its own
@@ -162,7 +177,7 @@ def test_rope_that_is_not_plain_is_left_to_llama_cpp(tmp_path, variant):
     rope = rope_params(model)
     assert not rope.plain and k_shift(rope, model) is None
     assert block_moves(model).startswith("by llama.cpp's K-shift")  # what `epi doctor` says
-    if variant not in ("rope_freqs", "yarn"):
+    if variant != "yarn":
         return  # llama.cpp's llama architecture ignores these keys; other architectures read them
     # Why: the plain rotation epi would apply gives other keys than llama.cpp's shift for this model.
     plain = native.RopeShift(delta=0, head_dim=rope.head_dim, n_rot=rope.n_rot, neox=rope.neox,

@@ -176,10 +176,12 @@ static PyObject *py_assemble_state_blob(PyObject *self, PyObject *args)
                           &n_embd_v, &v_trans, &src_seq, &cell_seq, &v_scale, &shift_obj, &out_obj)) return NULL;
     epi_rope_shift shift = {0};
     const int shifted = shift_obj != Py_None;
+    PyObject *factors_obj = Py_None;
+    Py_buffer factors = {0};
     if (shifted) {
-        if (!PyArg_ParseTuple(shift_obj, "iiiiffp;shift must be (delta, head_dim, n_rot, neox, freq_base, freq_scale, "
-                              "fused)", &shift.delta, &shift.head_dim, &shift.n_rot, &shift.neox, &shift.freq_base,
-                              &shift.freq_scale, &shift.fused)) return NULL;
+        if (!PyArg_ParseTuple(shift_obj, "iiiiffpO;shift must be (delta, head_dim, n_rot, neox, freq_base, freq_scale, "
+                              "fused, freq_factors)", &shift.delta, &shift.head_dim, &shift.n_rot, &shift.neox,
+                              &shift.freq_base, &shift.freq_scale, &shift.fused, &factors_obj)) return NULL;
         if (!epi_rope_shift_valid(&shift, n_embd_k)) {
             PyErr_Format(PyExc_ValueError, "assemble_state_blob: cannot rotate K rows of %zd values by heads of %d "
                          "with %d rotated dimensions", n_embd_k, (int)shift.head_dim, (int)shift.n_rot);
@@ -212,12 +214,22 @@ static PyObject *py_assemble_state_blob(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_OverflowError, "assemble_state_blob: block too large");
         return NULL;
     }
+    if (shifted && factors_obj != Py_None) {  /* float32 [n_rot / 2], kept alive until the blob is built */
+        if (get_buffer(factors_obj, &factors, 0, 4, shift.n_rot / 2, "freq_factors") < 0) return NULL;
+        shift.freq_factors = (const float *)factors.buf;
+    }
     Py_buffer pos, k, v, out;
-    if (get_buffer(pos_obj, &pos, 0, 4, n_cells, "positions") < 0) return NULL;
-    if (get_buffer(k_obj, &k, 0, 1, k_len, "k_rows") < 0) { PyBuffer_Release(&pos); return NULL; }
-    if (get_buffer(v_obj, &v, 0, 1, v_len, "v_rows") < 0) { PyBuffer_Release(&pos); PyBuffer_Release(&k); return NULL; }
+    if (get_buffer(pos_obj, &pos, 0, 4, n_cells, "positions") < 0) { PyBuffer_Release(&factors); return NULL; }
+    if (get_buffer(k_obj, &k, 0, 1, k_len, "k_rows") < 0) {
+        PyBuffer_Release(&pos); PyBuffer_Release(&factors);
+        return NULL;
+    }
+    if (get_buffer(v_obj, &v, 0, 1, v_len, "v_rows") < 0) {
+        PyBuffer_Release(&pos); PyBuffer_Release(&k); PyBuffer_Release(&factors);
+        return NULL;
+    }
     if (get_buffer(out_obj, &out, 1, 1, (Py_ssize_t)out_len, "out") < 0) {
-        PyBuffer_Release(&pos); PyBuffer_Release(&k); PyBuffer_Release(&v);
+        PyBuffer_Release(&pos); PyBuffer_Release(&k); PyBuffer_Release(&v); PyBuffer_Release(&factors);
         return NULL;
     }
     int rc;
@@ -227,6 +239,7 @@ static PyObject *py_assemble_state_blob(PyObject *self, PyObject *args)
                                  v_scale, shifted ? &shift : NULL, (uint8_t *)out.buf);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&pos); PyBuffer_Release(&k); PyBuffer_Release(&v); PyBuffer_Release(&out);
+    PyBuffer_Release(&factors);
     if (rc != 0) return PyErr_NoMemory();
     Py_RETURN_NONE;
 }

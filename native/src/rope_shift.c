@@ -21,7 +21,9 @@ void epi_rope_shift_cache(const epi_rope_shift *s, float *cache)
     const float theta_scale = powf(s->freq_base, -2.0f / s->n_rot);
     float theta = (float)s->delta;                  /* ggml: theta_base = the shift, as float */
     for (int32_t j = 0; j < half; j++) {
-        const float angle = s->freq_scale * theta;  /* rope_yarn with ext_factor 0 and mscale 1 */
+        /* ggml_rope_cache_init: rope_yarn(theta / ff, ...), with ext_factor 0 and mscale 1 */
+        const float ff = s->freq_factors ? s->freq_factors[j] : 1.0f;
+        const float angle = s->freq_scale * (theta / ff);
         cache[j] = cosf(angle);
         cache[half + j] = sinf(angle);
         theta *= theta_scale;

@@ -14,9 +14,10 @@ typedef struct {
     int32_t n_rot;      /* leading dimensions of each head that RoPE rotates (even, <= head_dim, <= EPI_ROPE_MAX_ROT) */
     int32_t neox;       /* NEOX pairs (i, i + n_rot/2); otherwise NORM pairs (2i, 2i + 1) */
     float freq_base;
-    float freq_scale;   /* linear position scaling; YaRN, frequency factors and attention factors are not handled */
+    float freq_scale;   /* linear position scaling; YaRN and attention factors are not handled */
     int32_t fused;      /* x0*c - x1*s as fmaf(x0, c, -(x1*s)), as a ggml built for a CPU with FMA computes it (GCC and
                          * clang contract the expression there); otherwise two roundings as written */
+    const float *freq_factors; /* n_rot / 2 divisors of each pair's angle (Llama 3.1's rope_freqs tensor), or NULL */
 } epi_rope_shift;
 
 /* The `fused` a llama.cpp built for this CPU uses: 1 where the CPU has FMA (x86 with FMA, every arm64), else 0. */

@@ -18,6 +18,7 @@ import numpy as np
 from ... import native
 from .blocks import ParsedBlock
 from ..llama.backend import LlamaModel, gpu_offload_supported
+from ..llama.gguf import GGUFHeaderError, read_f32_tensor
 
 # The graph's layers, as fractions of the depth (7, 15 and 22 of 30). A single layer's keys are noisy; on 24 planted
 # topic changes no depth was clearly best (all layers together did no better), and three keep unrotating cheap.
@@ -33,20 +34,24 @@ class RopeParams:
     freq_base: float
     freq_scale: float   # linear position scaling (YaRN's per-dimension corrections are not undone)
     neox: bool          # NEOX rotates dimension pairs (i, i + n_rot/2), NORM rotates (2i, 2i + 1)
-    # ggml's plain RoPE on every layer: NORM or NEOX, no YaRN, frequency factors, attention factor or per-layer base.
-    # Only then does epi rotate K itself when it moves a block (k_shift); otherwise llama.cpp's K-shift does it.
+    # ggml's plain RoPE on every layer: NORM or NEOX, no YaRN, attention factor or per-layer base (frequency factors
+    # shared by every layer are fine: `freq_factors`). Only then does epi rotate K itself when it moves a block
+    # (k_shift); otherwise llama.cpp's K-shift does it.
     plain: bool = False
+    freq_factors: tuple[float, ...] | None = None  # Llama 3.1's `rope_freqs`: each pair's angle divided by its factor
 
 
 # Metadata that makes RoPE more than plain: YaRN / LongRoPE factors (Grok sets its own ext and attention factors),
 # NTK alpha (a derived base), sliding-window layers with their own base or width, MLA's split keys, layers without
 # RoPE (Granite's `finetuned` switch, `rope_pattern`). A key's presence is enough to leave the move to llama.cpp.
-# And the tensors that carry per-dimension frequency factors (Llama 3.1's rope_freqs, Phi-3's factors).
+# And the tensors of frequency factors chosen by context length (Phi-3's long and short ones). Llama 3.1's single
+# `rope_freqs` tensor, the same for every layer and position, epi applies itself (RopeParams.freq_factors).
 _NOT_PLAIN_KEYS = ("rope.scaling.attn_factor", "rope.scaling.yarn_log_multiplier", "rope.scaling.yarn_ext_factor",
                    "rope.scaling.yarn_attn_factor", "rope.scaling.yarn_beta_fast", "rope.scaling.yarn_beta_slow",
                    "rope.scaling.alpha", "rope.scaling.finetuned", "rope.freq_base_swa", "rope.dimension_count_swa",
                    "attention.sliding_window", "attention.rope_pattern", "attention.kv_lora_rank")
-_FREQ_FACTOR_TENSORS = ("rope_freqs", "rope_factors")
+_FREQ_FACTOR_TENSORS = ("rope_factors",)
+ROPE_FREQS = "rope_freqs.weight"
 
 
 def rope_params(model: LlamaModel) -> RopeParams:
@@ -59,10 +64,25 @@ def rope_params(model: LlamaModel) -> RopeParams:
     # llama.cpp's context scales positions by the trained factor unless the scaling type is "none" (llama-context.cpp)
     scale = 1.0 if model.meta(f"{arch}.rope.scaling.type") == "none" else \
         float(L.llama_model_rope_freq_scale_train(model.ptr)) or 1.0
-    return RopeParams(head_dim=head_dim, n_rot=int(n_rot) if n_rot else head_dim,
-                      freq_base=float(base) if base else 10000.0, freq_scale=scale,
+    n_rot = int(n_rot) if n_rot else head_dim
+    factors = _freq_factors(model, n_rot)
+    return RopeParams(head_dim=head_dim, n_rot=n_rot, freq_base=float(base) if base else 10000.0, freq_scale=scale,
                       neox=rope_type == L.LLAMA_ROPE_TYPE_NEOX,
-                      plain=rope_type in (L.LLAMA_ROPE_TYPE_NORM, L.LLAMA_ROPE_TYPE_NEOX) and _plain_rope(model))
+                      plain=rope_type in (L.LLAMA_ROPE_TYPE_NORM, L.LLAMA_ROPE_TYPE_NEOX) and _plain_rope(model) and
+                      factors != (),
+                      freq_factors=factors or None)
+
+
+def _freq_factors(model: LlamaModel, n_rot: int) -> tuple[float, ...] | None:
+    """The model's `rope_freqs` values (n_rot / 2 of them), None when it has none, () when they cannot be used."""
+    names = model.tensor_names
+    if names is None or ROPE_FREQS not in names:
+        return None
+    try:
+        values = read_f32_tensor(model.path, ROPE_FREQS)
+    except (GGUFHeaderError, OSError):
+        return ()
+    return tuple(values) if values is not None and len(values) == n_rot // 2 else ()
 
 
 def _plain_rope(model: LlamaModel) -> bool:
@@ -78,7 +98,7 @@ def _plain_rope(model: LlamaModel) -> bool:
 def k_shift_left_to_llama_cpp(rope: RopeParams, model: LlamaModel) -> str | None:
     """Why a moved block's K is left to llama.cpp's K-shift with this model (a clause), or None when epi rotates it."""
     if not rope.plain or rope.n_rot > min(rope.head_dim, MAX_ROTATED_DIMS) or rope.n_rot % 2:
-        return "this model's RoPE has scaling, frequency factors or per-layer variants that epi does not reproduce"
+        return "this model's RoPE has scaling, per-context factors or per-layer variants that epi does not reproduce"
     if model.n_gpu_layers > 0 and gpu_offload_supported():
         # CUDA and Metal compute their RoPE angles their own way, and a shift there costs next to nothing
         return "the KV cache is on a GPU backend"
@@ -92,7 +112,7 @@ def k_shift(rope: RopeParams, model: LlamaModel) -> native.RopeShift | None:
         return None
     return native.RopeShift(delta=0, head_dim=rope.head_dim, n_rot=rope.n_rot, neox=rope.neox,
                             freq_base=rope.freq_base, freq_scale=rope.freq_scale,
-                            fused=native.rope_shift_fused_default())
+                            fused=native.rope_shift_fused_default(), freq_factors=rope.freq_factors)
 
 
 def unrotated_keys(k: np.ndarray, positions: np.ndarray, rope: RopeParams) -> np.ndarray:
@@ -101,6 +121,8 @@ def unrotated_keys(k: np.ndarray, positions: np.ndarray, rope: RopeParams) -> np
     x = np.asarray(k, dtype=np.float32).reshape(*shape[:-1], -1, rope.head_dim).copy()
     half = rope.n_rot // 2
     inv_freq = rope.freq_base ** (-2.0 * np.arange(half) / rope.n_rot)
+    if rope.freq_factors is not None:
+        inv_freq = inv_freq / np.asarray(rope.freq_factors, dtype=np.float64)
     theta = positions.astype(np.float64)[:, None] * rope.freq_scale * inv_freq  # [n_cells, half]
     cos = np.cos(theta).astype(np.float32)[:, None, :]  # broadcast over heads
     sin = np.sin(theta).astype(np.float32)[:, None, :]

@@ -260,6 +260,37 @@ def read_gguf_metadata(path: Path) -> GGUFMetadata:
         return GGUFMetadata(values, _parse(r, size))
 
 
+def read_f32_tensor(path: Path, name: str) -> list[float] | None:
+    """The values of a small F32 tensor (a model's `rope_freqs`), read from the file without loading the model; None
+    when the file has no such tensor or it is not F32. GGUFHeaderError when the header does not hold together."""
+    with _mapped(path) as (r, size):
+        _, n_tensors, n_kv = _preamble(r)
+        alignment = DEFAULT_ALIGNMENT
+        for _ in range(n_kv):
+            key = r.string("metadata key").decode("utf-8", "replace")
+            value = _read_value(r, r.unpack("<I", f"type of {key}"), key)
+            if key == "general.alignment" and value:
+                alignment = value
+        found = None
+        for _ in range(n_tensors):
+            tensor = r.string("tensor name").decode("utf-8", "replace")
+            n_dims = r.unpack("<I", f"dimension count of {tensor}")
+            if not 1 <= n_dims <= _MAX_DIMS:
+                raise GGUFHeaderError(f"tensor {tensor} has {n_dims} dimensions")
+            elements = 1
+            for _ in range(n_dims):
+                elements *= r.unpack("<Q", f"dimensions of {tensor}")
+            ggml_type, offset = r.unpack("<I", f"type of {tensor}"), r.unpack("<Q", f"offset of {tensor}")
+            if tensor == name and ggml_type == 0:
+                found = (offset, elements)
+        if found is None:
+            return None
+        start = -(-r.pos // alignment) * alignment + found[0]
+        if start + 4 * found[1] > size:
+            raise GGUFHeaderError(f"tensor {name} runs past the end of the file")
+        return list(struct.unpack_from(f"<{found[1]}f", r.data, start))
+
+
 def describe_damage(path: Path) -> str | None:
     """Why a GGUF file cannot be loaded, as a clause ("its header is damaged (...)", "it is truncated: ..."), or None
     when its header and size look sound (the fault is then elsewhere)."""
