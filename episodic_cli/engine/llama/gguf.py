@@ -163,6 +163,18 @@ def _preamble(r: _Reader) -> tuple[int, int, int]:
     return version, n_tensors, n_kv
 
 
+def _tensor_entry(r: _Reader) -> tuple[str, int, int, int]:
+    """One entry of the tensor table: (name, elements, ggml type, offset into the data)."""
+    name = r.string("tensor name").decode("utf-8", "replace")
+    n_dims = r.unpack("<I", f"dimension count of {name}")
+    if not 1 <= n_dims <= _MAX_DIMS:
+        raise GGUFHeaderError(f"tensor {name} has {n_dims} dimensions")
+    elements = 1
+    for _ in range(n_dims):
+        elements *= r.unpack("<Q", f"dimensions of {name}")
+    return name, elements, r.unpack("<I", f"type of {name}"), r.unpack("<Q", f"offset of {name}")
+
+
 def _parse(r: _Reader, size: int) -> GGUFHeader:
     version, n_tensors, n_kv = _preamble(r)
     file_type = None
@@ -180,16 +192,8 @@ def _parse(r: _Reader, size: int) -> GGUFHeader:
     names = []
     repacked = 0
     for _ in range(n_tensors):
-        name = r.string("tensor name").decode("utf-8", "replace")
+        name, elements, ggml_type, offset = _tensor_entry(r)
         names.append(name)
-        n_dims = r.unpack("<I", f"dimension count of {name}")
-        if not 1 <= n_dims <= _MAX_DIMS:
-            raise GGUFHeaderError(f"tensor {name} has {n_dims} dimensions")
-        elements = 1
-        for _ in range(n_dims):
-            elements *= r.unpack("<Q", f"dimensions of {name}")
-        ggml_type = r.unpack("<I", f"type of {name}")
-        offset = r.unpack("<Q", f"offset of {name}")
         n_params += elements
         per_block, block_bytes = _TENSOR_BLOCKS.get(ggml_type, (1, 0))
         data_end = max(data_end, offset + -(-elements // per_block) * block_bytes)
@@ -273,14 +277,7 @@ def read_f32_tensor(path: Path, name: str) -> list[float] | None:
                 alignment = value
         found = None
         for _ in range(n_tensors):
-            tensor = r.string("tensor name").decode("utf-8", "replace")
-            n_dims = r.unpack("<I", f"dimension count of {tensor}")
-            if not 1 <= n_dims <= _MAX_DIMS:
-                raise GGUFHeaderError(f"tensor {tensor} has {n_dims} dimensions")
-            elements = 1
-            for _ in range(n_dims):
-                elements *= r.unpack("<Q", f"dimensions of {tensor}")
-            ggml_type, offset = r.unpack("<I", f"type of {tensor}"), r.unpack("<Q", f"offset of {tensor}")
+            tensor, elements, ggml_type, offset = _tensor_entry(r)
             if tensor == name and ggml_type == 0:
                 found = (offset, elements)
         if found is None:
