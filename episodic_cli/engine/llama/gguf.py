@@ -177,6 +177,12 @@ def _tensor_entry(r: _Reader) -> tuple[str, int, int, int]:
 
 def _parse(r: _Reader, size: int) -> GGUFHeader:
     version, n_tensors, n_kv = _preamble(r)
+    file_type, alignment = _skip_metadata(r, n_kv)
+    return _tensor_table(r, size, version, n_tensors, file_type, alignment)
+
+
+def _skip_metadata(r: _Reader, n_kv: int) -> tuple[int | None, int]:
+    """Past every metadata value: (general.file_type, general.alignment), the two the tensor table needs."""
     file_type = None
     alignment = DEFAULT_ALIGNMENT
     for _ in range(n_kv):
@@ -187,6 +193,12 @@ def _parse(r: _Reader, size: int) -> GGUFHeader:
             file_type = value
         elif key == "general.alignment" and value:
             alignment = value
+    return file_type, alignment
+
+
+def _tensor_table(r: _Reader, size: int, version: int, n_tensors: int, file_type: int | None, alignment: int
+                  ) -> GGUFHeader:
+    """The header from the tensor table on (`r` just past the metadata)."""
     n_params = 0
     data_end = 0  # relative to the start of the tensor data
     names = []
@@ -255,13 +267,15 @@ def read_gguf_metadata(path: Path) -> GGUFMetadata:
     """The file's metadata and tensor totals, for describing a model without loading it; GGUFHeaderError when the
     header does not hold together. Reads the header only (a few MB at most)."""
     with _mapped(path) as (r, size):
-        _, _, n_kv = _preamble(r)
+        version, n_tensors, n_kv = _preamble(r)
         values = {}
         for _ in range(n_kv):
             key = r.string("metadata key").decode("utf-8", "replace")
             values[key] = _metadata_value(r, r.unpack("<I", f"type of {key}"), key)
-        r.pos = 0
-        return GGUFMetadata(values, _parse(r, size))
+        file_type, alignment = values.get("general.file_type"), values.get("general.alignment")
+        file_type = file_type if type(file_type) is int else None  # as _skip_metadata reads them
+        alignment = alignment if type(alignment) is int and alignment else DEFAULT_ALIGNMENT
+        return GGUFMetadata(values, _tensor_table(r, size, version, n_tensors, file_type, alignment))
 
 
 def read_f32_tensor(path: Path, name: str) -> list[float] | None:
@@ -269,12 +283,7 @@ def read_f32_tensor(path: Path, name: str) -> list[float] | None:
     when the file has no such tensor or it is not F32. GGUFHeaderError when the header does not hold together."""
     with _mapped(path) as (r, size):
         _, n_tensors, n_kv = _preamble(r)
-        alignment = DEFAULT_ALIGNMENT
-        for _ in range(n_kv):
-            key = r.string("metadata key").decode("utf-8", "replace")
-            value = _read_value(r, r.unpack("<I", f"type of {key}"), key)
-            if key == "general.alignment" and value:
-                alignment = value
+        _, alignment = _skip_metadata(r, n_kv)
         found = None
         for _ in range(n_tensors):
             tensor, elements, ggml_type, offset = _tensor_entry(r)
