@@ -23,9 +23,6 @@ OLLAMA_HOST = "registry.ollama.ai"
 OLLAMA_NAMESPACE = "library"
 OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"
 MAX_FOLDER_DEPTH = 4  # a configured folder is searched this deep for .gguf files
-# Files beside a chat model that are not one: vision projectors, and LM Studio's / the hub's split parts after the
-# first (llama.cpp loads a split model from its first part).
-_NOT_A_MODEL = ("mmproj", "-of-0")
 
 
 class ModelStoreError(ValueError):
@@ -75,6 +72,8 @@ def hub_places(env: Mapping[str, str] = os.environ) -> list[Path]:
 
 
 def _is_model_file(path: Path) -> bool:
+    """A .gguf that is a model to list: not a vision projector (mmproj) beside a chat model, nor a split model's
+    later part (llama.cpp loads a split model from its first, `-00001-of-N`)."""
     name = path.name.lower()
     if not name.endswith(".gguf") or "mmproj" in name:
         return False
