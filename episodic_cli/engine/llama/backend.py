@@ -20,7 +20,7 @@ from jinja2 import TemplateError
 
 from ... import native
 from ..errors import EpiError
-from .chat_template import JINJA, JinjaTemplate
+from .chat_template import JINJA, RENDER_ERRORS, JinjaTemplate
 from .chat_template import choose as choose_renderer
 from .gguf import GGUFHeaderError, describe_damage, read_gguf_header
 
@@ -191,7 +191,7 @@ class LlamaModel:
         if self.template_renderer == JINJA:
             try:
                 return self._jinja.render(messages)
-            except (TemplateError, TypeError, ValueError, AttributeError) as exc:
+            except RENDER_ERRORS as exc:
                 raise EpiError(f"the chat template of {self.path.name} cannot render this conversation ({exc})") \
                     from None
         rendered = self._builtin_template(messages)

@@ -23,6 +23,11 @@ PROBE = [{"role": "system", "content": "Answer from the sources."}, {"role": "us
          {"role": "assistant", "content": "Under the mat."}, {"role": "user", "content": "And the door?"}]
 
 
+# What a template's rendering raises on a conversation it cannot take: its own raise_exception, or a template that
+# expects other message fields.
+RENDER_ERRORS = (TemplateError, TypeError, ValueError, AttributeError)
+
+
 class JinjaTemplate:
     """The GGUF's template, compiled once."""
 
@@ -53,6 +58,6 @@ def choose(jinja: JinjaTemplate | None, builtin: Callable[[list[dict[str, str]]]
         return LLAMA_CPP
     try:
         ours = jinja.render(PROBE)
-    except (TemplateError, TypeError, ValueError, AttributeError):
+    except RENDER_ERRORS:
         return LLAMA_CPP
     return LLAMA_CPP if builtin(PROBE) == ours else JINJA
