@@ -14,9 +14,14 @@ import json
 from pathlib import Path
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 MAX_SEQ_LENGTH = 256  # sentence-transformers' max_seq_length for this model (sentence_bert_config.json)
 GELU_BLOCK = 1 << 16  # elements per block of GELU's passes: 256 KB of float32, within a core's L2 cache
+# The forward runs BLAS on one thread: a batch's attention is a few hundred small products per layer, and OpenBLAS
+# handing each to its thread pool made embedding 5x slower under load (docs/benchmarks.md, "Embedding on one BLAS
+# thread"). threadpoolctl sets it around each forward, leaving numpy's setting for everything else.
+BLAS_THREADS = 1
 _DTYPES = {"F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32}
 
 
@@ -106,6 +111,7 @@ class QueryEncoder:
         # Truncation with a stride keeps what does not fit as further windows (`overflowing`), each starting
         # `window_overlap` pieces before the previous one ended; the first window is plain truncation.
         self.tokenizer.enable_truncation(max_length=MAX_SEQ_LENGTH, stride=window_overlap)
+        self._threads = ThreadpoolController()
 
     def _encodings(self, texts: list[str]) -> list:
         # sentence-transformers strips each text before tokenizing; so must we, or the vectors differ.
@@ -124,7 +130,8 @@ class QueryEncoder:
         return self.encode_ids(self.truncated_ids([text])[0])
 
     def encode_ids(self, ids: list[int]) -> np.ndarray:
-        return self._forward(np.asarray(ids, dtype=np.int64)[None, :], None)[0]
+        with self._threads.limit(limits=BLAS_THREADS, user_api="blas"):
+            return self._forward(np.asarray(ids, dtype=np.int64)[None, :], None)[0]
 
     def encode_batch(self, texts: list[str], batch_size: int = 32) -> np.ndarray:
         """One unit vector per text (its first MAX_SEQ_LENGTH pieces), (len(texts), dim) float32."""
@@ -133,6 +140,10 @@ class QueryEncoder:
     def encode_ids_batch(self, ids: list[list[int]], batch_size: int = 32) -> np.ndarray:
         """One unit vector per token sequence. Sequences are grouped by length, as sentence-transformers does, so
         that each batch pads to a length close to all of its members."""
+        with self._threads.limit(limits=BLAS_THREADS, user_api="blas"):
+            return self._batches(ids, batch_size)
+
+    def _batches(self, ids: list[list[int]], batch_size: int) -> np.ndarray:
         order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
         out = np.empty((len(ids), self.w["embeddings.word_embeddings.weight"].shape[1]), dtype=np.float32)
         for start in range(0, len(order), batch_size):
