@@ -123,8 +123,8 @@ def epi_home(tmp_path, monkeypatch, shared_cache) -> Path:
 @pytest.fixture
 def whole_parts_read_by_small_models(monkeypatch):
     """The bundled 135M model takes the whole-part paths (a chapter read whole, the map), which by the size rule
-    only models of a billion parameters take (llama/models.py WHOLE_READING_PARAMS): their tests run the paths with
-    the small model, not the rule."""
+    only models of a billion parameters take (engine/llama/models.py WHOLE_READING_PARAMS): their tests run the
+    paths with the small model, not the rule."""
     from episodic_cli.engine import workspace
     from episodic_cli.engine.llama import models
 

@@ -108,7 +108,7 @@ def test_a_chapter_two_books_have_is_read_in_the_one_that_matches_and_said(two_b
 
 
 def test_a_model_under_a_billion_parameters_looks_a_chapter_question_up(book_store, monkeypatch):
-    """The size rule itself (llama/models.py WHOLE_READING_PARAMS), with the bundled 135M model: the chapter
+    """The size rule itself (engine/llama/models.py WHOLE_READING_PARAMS), with the bundled 135M model: the chapter
     question is answered from its best passages, and `--read whole` still reads the chapter whole."""
     from episodic_cli.engine import workspace
 

@@ -13,7 +13,7 @@ sampled every `--sample` seconds, as a user would look. Everything lands in OUT:
 `check_resumed.py` then compares the documents the kills cut with an uninterrupted ingest of each.
 
     nohup python bench/archive/ingest_run.py --archive /work/archive-1m --store /work/epi-1m/store \
-        --out bench/results/archive-1m --kill-after 900 2700 &
+        --out /work/epi-1m/out --kill-after 900 2700 &
 """
 from __future__ import annotations
 
