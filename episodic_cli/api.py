@@ -45,7 +45,7 @@ from .engine.kv.keeper import DEFAULT_KIND
 from .engine.llama.models import answer_model as chosen_answer_model
 from .engine.llama.models import plan_ingest
 from .engine.prompt import check_question_length
-from .engine.retrieval.citations import citation, place_words, printable
+from .engine.retrieval.citations import citation, place, printable
 from .engine.retrieval.question_kind import QuestionKind
 from .engine.retrieval.retrieve import RetrievedEvent
 from .engine.retrieval.scope import documents_matching
@@ -310,7 +310,7 @@ class Outline(_Record):
 
         def walk(nodes: list[OutlineNode]) -> None:
             for n in nodes:
-                where = _place_text(self.kind, n.page_start, n.page_end, n.line_start, n.line_end)
+                where = place(self.kind, n.page_start, n.page_end, n.line_start, n.line_end)
                 ids = f"event {n.first_event}" if n.first_event == n.last_event else \
                     f"events {n.first_event}-{n.last_event}"
                 lines.append(f"{'  ' * n.depth}- {n.label}" + (f" — {where}" if where else "") + f" · {ids}")
@@ -337,15 +337,6 @@ class IngestReport(_Record):
             not all(d["status"] == "skipped" for d in self.documents)
 
 
-def _place_text(kind: str, page_start, page_end, line_start, line_end) -> str:
-    if page_start is not None:
-        last = page_end if page_end is not None else page_start
-        return f"p. {page_start}" if last == page_start else f"pp. {page_start}-{last}"
-    if line_start is not None:
-        return place_words(kind, line_start, line_end)
-    return ""
-
-
 def _squashed(text: str, limit: int = EXCERPT_CHARS) -> str:
     text = " ".join(text.split())
     return text[:limit] + ("…" if len(text) > limit else "")
@@ -356,7 +347,7 @@ def _quote_citation(r: RetrievedEvent, e) -> str:
     if r.summary is not None:
         return citation(r)
     name = printable(r.document.display_path)
-    where = _place_text(r.document.kind, e.page, e.page_end, e.line_start, e.line_end)
+    where = place(r.document.kind, e.page, e.page_end, e.line_start, e.line_end)
     return f"{name}, {where}" if where else name
 
 

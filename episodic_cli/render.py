@@ -24,7 +24,7 @@ from rich.progress import (
 from rich.table import Table
 
 from .engine.answer.records import SecondLook
-from .engine.retrieval.citations import citation, place_words, printable
+from .engine.retrieval.citations import citation, place, printable
 from .engine.ingest.pipeline import IngestResult
 from .engine.retrieval.retrieve import RetrievedEvent
 from .background import BUSY, JOINED, STARTED
@@ -389,11 +389,8 @@ def stream_answer(stream: Iterable[str], shown: list[str] | None = None) -> str:
 
 
 def _where(document: str, kind: str, e) -> str:
-    if e.page is not None:
-        return f"{document}, p. {e.page}" if e.page_end in (None, e.page) else f"{document}, pp. {e.page}-{e.page_end}"
-    if e.line_start is not None:
-        return f"{document}, {place_words(kind, e.line_start, e.line_end)}"
-    return document
+    where = place(kind, e.page, e.page_end, e.line_start, e.line_end)
+    return f"{document}, {where}" if where else document
 
 
 def evidence(result) -> None:
@@ -512,12 +509,12 @@ def _run_citation(run) -> str:
     """A run of consecutive events: the first one's citation, its pages or lines extended to the last one's."""
     first, last = run[0].event, run[-1].event
     head = citation(run[0])
+    kind = run[0].document.kind
     if first.page_start is not None and last.page_end is not None:
-        a, b = first.page_start, last.page_end
-        head = re.sub(r", pp?\. [\d-]+$", "", head) + (f", p. {a}" if a == b else f", pp. {a}-{b}")
+        head = re.sub(r", pp?\. [\d-]+$", "", head) + ", " + place(kind, first.page_start, last.page_end)
     elif first.line_start is not None and last.line_end is not None:
-        head = re.sub(r", (?:lines?|¶) [\d-]+$", "", head) + ", " + place_words(run[0].document.kind,
-                                                                                first.line_start, last.line_end)
+        head = re.sub(r", (?:lines?|¶) [\d-]+$", "", head) + ", " + place(kind, None, None, first.line_start,
+                                                                          last.line_end)
     return head
 
 
