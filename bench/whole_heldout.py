@@ -54,7 +54,7 @@ def ask(ws: Workspace, st: Store, question: str, history: list[dict] | None, sea
     holder["result"] = result
     for _ in stream:
         pass
-    sentences = result.sentence_support()
+    sentences = result.verify()  # the quotes checked by the answer model, as `epi ask` shows them
     return {"answer": result.answer.text.strip(), "kind": result.kind.value, "read": result.reading,
             "search": result.search, "sources": [citation(r) for r in result.retrieved],
             "sentences_supported": sum(s.supported for s in sentences), "sentences": len(sentences),

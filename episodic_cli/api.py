@@ -583,7 +583,8 @@ class Archive:
                 close = getattr(stream, "close", None)
                 if close is not None:
                     close()
-            answer = answer_of(result, notes)  # before the notes close: checking the quotes may warn
+            result.verify()  # the answer model checks the quotes; before the notes close, as it may warn
+            answer = answer_of(result, notes)
         finally:
             self._notes = None
             self._answering = False

@@ -326,9 +326,12 @@ def ask(
         if as_json:
             for _ in stream:
                 pass
+            result.verify()  # the quotes checked by the answer model, before they are written out
             print(json.dumps(result.as_json(), ensure_ascii=False))
         else:
             render.stream_answer(stream)
+            with render.checking_evidence():
+                result.verify()
             render.evidence(result)
             render.sources(result.retrieved, grouped=result.kind is not QuestionKind.LOOKUP)
             render.timings(result)

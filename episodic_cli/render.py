@@ -393,12 +393,18 @@ def _where(document: str, kind: str, e) -> str:
     return f"{document}, {where}" if where else document
 
 
+@contextlib.contextmanager
+def checking_evidence() -> Iterator[None]:
+    """A spinner while the answer model checks the quotes (result.verify(): about a second a sentence)."""
+    with out.status("checking the evidence, sentence by sentence", spinner="dots"):
+        yield
+
+
 def evidence(result) -> None:
     """The quotes that support the answer, under it, with the answer's own words highlighted; or, when no sentence
     of the sources holds them, a plain statement that the answer is not sourced. An answer of several sentences is
-    checked sentence by sentence instead."""
-    with out.status("checking the evidence, sentence by sentence", spinner="dots"):
-        sentences = result.sentence_support()  # with the answer model, about a second a sentence
+    checked sentence by sentence instead (as the caller's result.verify() judged it)."""
+    sentences = result.sentence_support()
     if len(sentences) > 1:
         sentence_evidence(result, sentences)
         return

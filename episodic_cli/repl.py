@@ -165,6 +165,8 @@ def _loop(ws: Workspace, store: Store, options: AskOptions, ahead: ChatPrefetch 
             shown: list[str] = []  # what the user saw of the answer, kept in the conversation if it is stopped
             try:
                 render.stream_answer(stream, shown)
+                with render.checking_evidence():
+                    result.verify()  # the answer model checks the quotes before they are shown
                 render.evidence(result)
             except KeyboardInterrupt:
                 render.out.print("\n[dim](stopped)[/]")

@@ -93,7 +93,8 @@ def test_qwen_1_5b_doubts_a_quote_that_does_not_state_its_sentence():
     try:
         result = AskResult(question, "kv", retrieved, Answer(), check_claim=checker.p_stated)
         result.answer.text = answer
-        checked = result.sentence_support()
+        assert [s.checked for s in result.sentence_support()] == [False, False]  # the model reads only in verify()
+        checked = result.verify()
         assert [(s.supported, s.doubted, s.checked) for s in checked] == [(True, False, True), (False, True, True)]
         assert any("furnace at Brask" in e.quote for e in checked[1].evidence)
         assert result.supported()  # one sentence of two is supported: half

@@ -184,7 +184,7 @@ def test_a_result_checked_after_its_workspace_closed_does_not_load_the_model(tmp
     result = AskResult("Where did Orla Venn hide the brass key?", "kv", [_retrieved(PROSE, line=1)], Answer(),
                        check_claim=partial(ws._check_claim, asked_at))
     result.answer.text = "Orla Venn hid the brass key under the ninth step. Nobody saw her do it."
-    sentences = result.sentence_support()
+    sentences = result.verify()
     assert "model" not in ws.__dict__ and ws._claim_checker is None
     assert len(warned) == 1 and "not checked" in warned[0]
     # the sentences keep their quotes, and say that the model did not read them

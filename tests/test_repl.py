@@ -96,7 +96,7 @@ class _Chat:
                 raise KeyboardInterrupt  # Ctrl-C part-way through the answer
 
         result = SimpleNamespace(scope=None, search=None, reading=None, left_cold=[], cold_passages=[], retrieved=[],
-                                 kind=None, sentence_support=lambda: [],
+                                 kind=None, sentence_support=lambda: [], verify=lambda: [],
                                  support=lambda: SimpleNamespace(supported=False, evidence=[]))
         return result, stream()
 

@@ -90,13 +90,14 @@ class AskResult:
     # again from the passages that match the question best (Workspace._second_look)
     first_answer: Answer | None = None
 
-    def sentence_support(self) -> list[SentenceSupport]:
-        """Each sentence of the answer with the quote that supports it, or none (computed once complete); with
-        `check_claim`, in an answer of several sentences (one sentence is shown with support() instead), a sentence
-        whose quotes the answer model doubts state it is not supported (the first MAX_CHECKED sentences with quotes:
-        about a second each on 2 cores)."""
+    def verify(self) -> list[SentenceSupport]:
+        """Check the answer's quotes with the answer model: with `check_claim`, in an answer of several sentences
+        (one sentence is shown with support() instead), a sentence whose quotes the answer model doubts state it is
+        not supported (the first MAX_CHECKED sentences with quotes: about a second each on 2 cores). The one step of
+        a result that runs the model, so a face asks for it before it renders or serialises the answer; what it
+        found is what sentence_support() returns from then on (computed once per answer text)."""
         text = self.answer.text.strip()
-        cached = self.__dict__.get("_sentences")
+        cached = self.__dict__.get("_verified")
         if cached is None or cached[1] != text:
             found = list(self._sentences_by_words())
             if self.check_claim is not None and len(found) > 1:
@@ -112,12 +113,24 @@ class AskResult:
                     else:
                         found[n] = replace(s, checked=True, supported=p_stated >= STATED_AT,
                                            doubted=p_stated < STATED_AT)
-            cached = self.__dict__["_sentences"] = (found, text)
+            cached = self.__dict__["_verified"] = (found, text)
         return cached[0]
+
+    def sentence_support(self) -> list[SentenceSupport]:
+        """Each sentence of the answer with the quote that supports it, or none, as verify() judged them; before
+        verify() (or once the answer's text changed), by shared words alone, and a sentence the model's check
+        would read is marked `checked=False`: that check applied and has not run. Never runs the model."""
+        verified = self.__dict__.get("_verified")
+        if verified is not None and verified[1] == self.answer.text.strip():
+            return verified[0]
+        found = self._sentences_by_words()
+        if self.check_claim is None or len(found) <= 1:
+            return found
+        return [replace(s, checked=False) if s.supported and s.evidence else s for s in found]
 
     def _sentences_by_words(self) -> list[SentenceSupport]:
         """Each sentence of the answer with its quote, judged by shared words (and meaning) alone: computed once per
-        answer text, for the second look's check and then for sentence_support's."""
+        answer text, for the second look's check and then for verify's."""
         text = self.answer.text.strip()
         cached = self.__dict__.get("_by_words")
         if cached is None or cached[1] != text:
