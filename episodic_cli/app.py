@@ -327,12 +327,12 @@ def ask(
             for _ in stream:
                 pass
             result.verify()  # the quotes checked by the answer model, before they are written out
-            print(json.dumps(result.as_json(), ensure_ascii=False))
+            print(json.dumps(archive.record(result).as_json(), ensure_ascii=False))
         else:
             render.stream_answer(stream)
             with render.checking_evidence():
                 result.verify()
-            render.evidence(result)
+            render.evidence(archive.record(result))
             render.sources(result.retrieved, grouped=result.kind is not QuestionKind.LOOKUP)
             render.timings(result)
         # a chain of follow-ups keeps the question it began at ("and then?" after "and him?")

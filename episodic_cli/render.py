@@ -388,11 +388,6 @@ def stream_answer(stream: Iterable[str], shown: list[str] | None = None) -> str:
     return "".join(shown)
 
 
-def _where(document: str, kind: str, e) -> str:
-    where = place(kind, e.page, e.page_end, e.line_start, e.line_end)
-    return f"{document}, {where}" if where else document
-
-
 @contextlib.contextmanager
 def checking_evidence() -> Iterator[None]:
     """A spinner while the answer model checks the quotes (result.verify(): about a second a sentence)."""
@@ -400,27 +395,25 @@ def checking_evidence() -> Iterator[None]:
         yield
 
 
-def evidence(result) -> None:
-    """The quotes that support the answer, under it, with the answer's own words highlighted; or, when no sentence
-    of the sources holds them, a plain statement that the answer is not sourced. An answer of several sentences is
-    checked sentence by sentence instead (as the caller's result.verify() judged it)."""
-    sentences = result.sentence_support()
-    if len(sentences) > 1:
-        sentence_evidence(result, sentences)
+def evidence(answer) -> None:
+    """The quotes that support an answer (api.Answer), under it, with the answer's own words highlighted; or, when
+    no sentence of the sources holds them, a plain statement that the answer is not sourced. An answer of several
+    sentences is shown sentence by sentence instead (as result.verify() judged them)."""
+    if len(answer.sentences) > 1:
+        sentence_evidence(answer.sentences)
         return
-    found = result.support()
-    if not found.supported:
+    if not answer.supported:
         out.print("\n[bold yellow]Not supported by the sources:[/] [yellow]no sentence in them holds what this answer "
                   "says; read the passages below before trusting it.[/]")
-        if found.evidence:
+        if answer.evidence:
             out.print("[dim]Closest to the question:[/]")
     else:
         out.print("\n[bold]Evidence[/]")
-    for e in found.evidence:
-        _quote(result, e)
+    for q in answer.evidence:
+        _quote(q)
 
 
-def sentence_evidence(result, sentences) -> None:
+def sentence_evidence(sentences) -> None:
     """Each sentence of a long answer, then the quote that supports it, or a mark that none does."""
     backed = sum(s.supported for s in sentences)
     out.print(f"\n[bold]Evidence, sentence by sentence[/] [dim]({backed} of {len(sentences)} supported)[/]")
@@ -429,26 +422,25 @@ def sentence_evidence(result, sentences) -> None:
             # a check that applied and did not run: the quote shares the sentence's words, nothing more is known
             unchecked = " [dim](quote not checked by the model)[/]" if s.checked is False else ""
             out.print(f"[green]✓[/] {escape(s.sentence)}{unchecked}", soft_wrap=True)
-            for e in s.evidence:
-                _quote(result, e)
+            for q in s.quotes:
+                _quote(q)
         elif s.doubted:
             out.print(f"[yellow]? {escape(s.sentence)}[/]\n   [dim yellow]the closest quote may not say this; read it "
                       "before trusting the sentence:[/]", soft_wrap=True)
-            for e in s.evidence:
-                _quote(result, e)
+            for q in s.quotes:
+                _quote(q)
         else:
             out.print(f"[yellow]? {escape(s.sentence)}[/]\n   [dim yellow]no sentence in the sources holds this[/]",
                       soft_wrap=True)
 
 
-def _quote(result, e) -> None:
-    """One supporting quote, the answer's words highlighted, with where it is."""
-    r = result.retrieved[e.index]
-    quote, marked, at = " ".join(e.quote.split()), "", 0
+def _quote(q) -> None:
+    """One supporting quote (api.Quote), the answer's words highlighted, with where it is."""
+    quote, marked, at = " ".join(q.quote.split()), "", 0
     # highlight offsets refer to the quote as stored; map them onto the whitespace-squashed form shown
     squashed = []
-    for a, b in e.highlight:
-        word = e.quote[a:b]
+    for a, b in q.highlight:
+        word = q.quote[a:b]
         k = quote.find(word, at)
         if k >= 0:
             squashed.append((k, k + len(word)))
@@ -458,10 +450,8 @@ def _quote(result, e) -> None:
         marked += escape(quote[at:a]) + f"[bold yellow]{escape(quote[a:b])}[/]"
         at = b
     marked += escape(quote[at:])
-    where = citation(r) if r.summary is not None else _where(printable(r.document.display_path),
-                                                               r.document.kind, e)
-    origin = "" if r.summary is not None else f", event {r.event.id}"
-    out.print(f" [cyan]“[/]{marked}[cyan]”[/]\n   [dim]{escape(where)}{origin}[/]", soft_wrap=True)
+    origin = "" if q.event_id is None else f", event {q.event_id}"
+    out.print(f" [cyan]“[/]{marked}[cyan]”[/]\n   [dim]{escape(q.citation)}{origin}[/]", soft_wrap=True)
 
 
 def sources(retrieved, grouped: bool = False) -> None:

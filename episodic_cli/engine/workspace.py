@@ -26,7 +26,6 @@ from .budgets import (ANSWER_CONTEXT, ANSWER_TOKENS, EVERY_PART_ANSWER_TOKENS, E
                       NAMED_OPENING_TOKENS, NAMED_WHOLE_READ, NOTE_TOKENS, NOTES_CHUNK_TOKENS, OVERVIEW_CHARS,
                       PASSAGE_RANKING, PROMPT_OVERHEAD, QUESTION_ROOM, RELINK_TOKENS, SECOND_LOOK_TOKENS,
                       SUMMARY_TOKENS, WARM_RUN_TOKENS, WHOLE_ANSWER_TOKENS, WHOLE_CONTEXT)
-from .documents.structure import describe as describe_section
 from .embed.embedder import EMBED_DIM, EMBEDDER_NAME, KNOWN_NAMES, Embedder
 from .embed.reembed import ReembedProgress, reembed
 from .errors import EpiError
@@ -161,55 +160,6 @@ class AskResult:
         if len(sentences) > 1:
             return 2 * sum(s.supported for s in sentences) >= len(sentences)
         return self.support().supported
-
-    def evidence_json(self) -> list[dict]:
-        return [{"event_id": self.retrieved[e.index].event.id, "document": self.retrieved[e.index].document.display_path,
-                 "page": e.page, "page_end": e.page_end, "line_start": e.line_start, "line_end": e.line_end,
-                 "quote": e.quote} for e in self.support().evidence]
-
-    def as_json(self) -> dict:
-        return {
-            "answer": self.answer.text.strip(),
-            # the evidence span the answer starts with (a question asking for a fact; null: the model's own words)
-            "short_answer": self.answer.short,
-            "mode": self.mode,
-            "sources": [
-                {"document": r.document.display_path, "summary_of": None if r.summary is None else r.summary.label,
-                 "page": r.event.page_start, "page_end": r.event.page_end,
-                 "line_start": r.event.line_start, "line_end": r.event.line_end,
-                 "section": describe_section(r.section), "event_id": r.event.id,
-                 "score": None if r.score is None else round(r.score, 6), "text": r.event.text}
-                for r in self.retrieved
-            ],
-            "scope": None if self.scope is None else {"restricted_to": self.scope.described,
-                                                      "notes": self.scope.notes},
-            "kind": self.kind.value,
-            "read": self.reading,
-            "search": self.search,
-            # each sentence of the answer with its supporting quote (null: none found)
-            "sentences": [s.as_json(self.retrieved) for s in self.sentence_support()],
-            "retrieved_tokens": sum(r.n_tokens for r in self.retrieved),
-            # kv mode: how many retrieved tokens came from stored blocks and how many were prefilled from text
-            "kv_loaded_tokens": self.answer.kv_loaded_tokens if self.mode == "kv" else None,
-            "kv_prefilled_tokens": self.answer.kv_prefilled_tokens if self.mode == "kv" else None,
-            "kv_relinked_tokens": self.answer.kv_relinked_tokens if self.mode == "kv" else None,
-            "timings": self.answer.timings.as_json(),
-            # the sentences of the sources that hold the answer's own words; supported: see supported()
-            "evidence": self.evidence_json(),
-            "supported": self.supported(),
-            # the answer set aside because no sentence of the sources held its words (null: none was); "answer" is
-            # then the one read again from the best passages
-            "first_answer": None if self.first_answer is None else self.first_answer.text.strip(),
-            # the answer read only the sentences that match the question best (false: the retrieved events whole)
-            "narrowed": bool(self.focus),
-            # --layered: the pool loaded and, per layer, how many of its blocks that layer's query selected
-            "layered": self.answer.layered.as_json() if self.answer.layered is not None else None,
-            # retrieved, but left out: no block for this model yet, and too long to read from text now
-            "left_cold": {"events": [r.event.id for r in self.left_cold],
-                          "tokens": sum(r.n_tokens for r in self.left_cold),
-                          "read_as_sentences": [r.event.id for r in self.cold_passages]},
-        }
-
 
 
 def _warm_runs(events: list[RetrievedEvent | None]) -> list[list[RetrievedEvent]]:
