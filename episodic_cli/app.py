@@ -150,7 +150,7 @@ def ingest(
     workers: Annotated[Optional[int], typer.Option(min=1, help="With --cluster local: worker processes (default 2).", show_default=False)] = None,
     background: Annotated[bool, typer.Option("--background", help="Prepare the answer model's blocks and the map in a background process after reading, and return at once: ask while it warms (`epi warm --status` shows how far).")] = False,
     answer_model: Annotated[Optional[str], typer.Option("--answer-model", help="The model whose answers this ingest prepares for: default the answer model ($EPI_MODEL, else `epi config --answer-model`, else `qwen-1.5b` when installed; any name `epi models` lists). A model that answers as text only (sliding-window, recurrent) keeps no blocks: the fast reader reads for it. It reads the documents itself, keeping its KV blocks in the same pass, then writes the map; with `--model` or `--background` another model reads first and it prepares its blocks after (`epi warm`). `none`: the fast reader only (questions then read what they can from text, see `epi ask --cold-seconds`).", show_default=False)] = None,
-    write_map: Annotated[bool, typer.Option("--map/--no-map", help="After the answer model's blocks, write the map of the new documents (`epi map`): summaries that questions about a whole chapter, file or book read. --no-map leaves it for later.")] = True,
+    write_map: Annotated[bool, typer.Option("--map/--no-map", help="After the answer model's blocks, write the map of the new documents (`epi map`): summaries that questions about a whole chapter, file or book read; not for an answer model under a billion parameters, which looks every question up. --no-map leaves it for later.")] = True,
     watch: Annotated[bool, typer.Option("--watch", help="After reading, keep watching PATHS: added and changed files are read, removed or renamed ones leave the store with their KV blocks, until Ctrl-C. The store stays locked for other writers meanwhile; changed files get the answer model's blocks as they are read where it is the reader (otherwise it prepares them when asked, or by `epi warm`).")] = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -208,7 +208,8 @@ def ingest(
                        f"{'them' if len(gone) > 1 else 'it'}, `epi ingest --watch` keeps a folder in step")
     new_docs = {r.path for r in results if r.status == "ingested"}
     if new_docs and plan.follows and background:  # every event without a block, then every part without a summary
-        render.job_started(*background_job.start_or_join(store_path(store), plan.answering, threads, write_map),
+        render.job_started(*background_job.start_or_join(store_path(store), plan.answering, threads,
+                                                        plan.writes_map),
                            as_json=as_json)
     elif new_docs:
         if plan.prepares_blocks:

@@ -120,6 +120,18 @@ def epi_home(tmp_path, monkeypatch, shared_cache) -> Path:
     return home
 
 
+@pytest.fixture
+def whole_parts_read_by_small_models(monkeypatch):
+    """The bundled 135M model takes the whole-part paths (a chapter read whole, the map), which by the size rule
+    only models of a billion parameters take (llama/models.py WHOLE_READING_PARAMS): their tests run the paths with
+    the small model, not the rule."""
+    from episodic_cli.engine import workspace
+    from episodic_cli.engine.llama import models
+
+    monkeypatch.setattr(workspace, "WHOLE_READING_PARAMS", 0)  # questions
+    monkeypatch.setattr(models, "WHOLE_READING_PARAMS", 0)  # the map at ingest
+
+
 @pytest.fixture(scope="session")
 def engine(tmp_path_factory, shared_cache):
     """A Workspace with the real model and embedder loaded once; `workspace_for` reuses them on other stores."""

@@ -26,7 +26,8 @@ def fake_model(root: Path, name: str, slices: list[bytes]) -> BundledModel:
         path.write_bytes(data)
         parts.append(part)
     whole = b"".join(slices)
-    return BundledModel(name, f"{name} test model", f"{name}.gguf", len(whole), hashlib.sha256(whole).hexdigest(),
+    return BundledModel(name, f"{name} test model", f"{name}.gguf", len(whole), 1_000,
+                        hashlib.sha256(whole).hexdigest(),
                         "1.0", tuple(parts), "1.5b", f"native/models/requirements-{name}.txt")
 
 
@@ -61,7 +62,8 @@ def test_a_missing_part_names_its_package(packages):
 
 def test_an_uninstalled_part_names_its_package(packages):
     model = fake_model(packages, "absenttest", SLICES)
-    renamed = BundledModel(model.name, model.title, model.file_name, model.size, model.sha256, model.version,
+    renamed = BundledModel(model.name, model.title, model.file_name, model.size, model.n_params,
+                           model.sha256, model.version,
                            (*model.parts[:2], Part("absenttest-part9", 1, "0" * 64)), model.install_option,
                            model.requirements)
     assert not is_installed(renamed)

@@ -88,8 +88,12 @@ def test_ingest_json_one_object_per_document(shared_store):
     recs = shared_store.records()
     assert len(recs) == len(shared_store.ingest_stdout.strip().splitlines()) == 2
     for r in recs:
-        assert set(r) == {"path", "tokens", "events", "seconds", "tokens_per_s", "status"}
+        assert set(r) == {"path", "tokens", "events", "seconds", "tokens_per_s", "status", "stage_seconds"}
         assert isinstance(r["path"], str) and r["status"] == "ingested"
+        # the stages add up to the document's time, and the model's reading is among them
+        stages = r["stage_seconds"]
+        assert set(stages) == {"extract", "read", "embed", "commit"} and stages["read"] > 0
+        assert sum(stages.values()) == pytest.approx(r["seconds"], abs=0.01)
         assert isinstance(r["tokens"], int) and isinstance(r["events"], int) and r["tokens"] > r["events"] > 0
         assert isinstance(r["seconds"], float) and r["seconds"] > 0
         assert r["tokens_per_s"] == pytest.approx(r["tokens"] / r["seconds"], rel=0.02)

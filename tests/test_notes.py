@@ -14,6 +14,8 @@ from episodic_cli.engine.retrieval.retrieve import RetrievedEvent
 from episodic_cli.engine.workspace import Workspace
 from episodic_cli.store import DocumentRecord, EventRecord, Store
 
+pytestmark = pytest.mark.usefixtures("whole_parts_read_by_small_models")
+
 
 def _event(i: int, n_tokens: int) -> RetrievedEvent:
     doc = DocumentRecord(path="b.txt", display_path="b.txt", kind="text", content_sha256="x", n_tokens=0, n_events=0,

@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from conftest import TEXT_QUESTION
@@ -99,6 +100,7 @@ def ingest_logbook(tmp_path: Path, store_dir: Path, *options: str) -> tuple[Path
     return doc, [json.loads(line) for line in out.stdout.splitlines()]
 
 
+@pytest.mark.usefixtures("whole_parts_read_by_small_models")  # the map follows
 def test_ingest_prepares_the_answer_models_blocks_for_the_new_documents(second_model, tmp_path):
     store_dir = tmp_path / "store"
     doc, lines = ingest_logbook(tmp_path, store_dir, "--answer-model", str(second_model))
@@ -116,6 +118,7 @@ def test_ingest_prepares_the_answer_models_blocks_for_the_new_documents(second_m
     assert [json.loads(line)["status"] for line in again.stdout.splitlines()] == ["unchanged"]  # nothing to warm
 
 
+@pytest.mark.usefixtures("whole_parts_read_by_small_models")  # the map follows
 def test_one_reader_the_answer_model_reads_and_keeps_its_blocks_in_one_pass(second_model, tmp_path, monkeypatch):
     """Issue 36 item 1: with no reader named (neither --model nor $EPI_MODEL), the answer model cuts the events
     itself and keeps its blocks as it reads: one tier, every event's block, nothing left to warm; the map follows.
@@ -168,6 +171,22 @@ def test_the_ingest_plan_says_who_reads_and_what_follows(monkeypatch):
     assert plan_ingest(None, "none", True, False, True).reader_keeps_blocks
     assert not plan_ingest(None, "qwen-1.5b", True, True, True).reader_keeps_blocks  # --background
     assert not plan_ingest("smollm2", "qwen-1.5b", True, False, True).reader_keeps_blocks
+    # an answer model under a billion parameters gets no map: the 0.5B reads, keeps its blocks, and stops there
+    assert plan_ingest(None, "qwen-0.5b", True, False, True) == IngestPlan("qwen-0.5b", "qwen-0.5b", True, False, False)
+    assert plan_ingest(None, "qwen-0.5b", True, True, True) == IngestPlan("smollm2", "qwen-0.5b", True, True, False)
+
+
+def test_the_size_rule_reads_the_model_header(tmp_path):
+    """A user's model is judged by its own header's parameter count, not its name."""
+    from episodic_cli.engine.llama.models import WHOLE_READING_PARAMS, answering_facts, reads_whole_parts
+    from tiny_gguf import write_tiny_model
+
+    tiny = write_tiny_model(tmp_path / "tiny.gguf")
+    facts = answering_facts(str(tiny))
+    assert facts is not None and facts.n_params < WHOLE_READING_PARAMS
+    assert not reads_whole_parts(facts)
+    assert reads_whole_parts(None, "qwen-1.5b") and not reads_whole_parts(None, "qwen-0.5b")
+    assert reads_whole_parts(None, str(tmp_path / "unknown.gguf"))  # unresolved: its error comes where it loads
 
 
 def test_the_default_answer_model_is_the_installed_1_5b_model(monkeypatch):

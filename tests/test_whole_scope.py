@@ -21,6 +21,8 @@ runner = CliRunner()
 CHAPTERS = {1: "The Harbour", 2: "The Storm", 3: "The Return"}
 FACT = "In the storm the miller Oskar Brandt betrayed his brother Tomas to the harbour guard."
 
+pytestmark = pytest.mark.usefixtures("whole_parts_read_by_small_models")
+
 
 def _book() -> str:
     parts = []
@@ -66,6 +68,23 @@ def test_a_chapter_question_reads_the_whole_chapter_in_order(book_store):
     assert [s["event_id"] for s in answer["sources"]] == want  # all of it, in document order, nothing else
     assert answer["reading"].startswith("read all of ch. 2") and "tokens" in answer["reading"]
     assert all(set(s) >= {"sentence", "supported", "quotes"} for s in answer["sentences"])
+
+
+def test_a_model_under_a_billion_parameters_looks_a_chapter_question_up(book_store, monkeypatch):
+    """The size rule itself (llama/models.py WHOLE_READING_PARAMS), with the bundled 135M model: the chapter
+    question is answered from its best passages, and `--read whole` still reads the chapter whole."""
+    from episodic_cli.engine import workspace
+    from episodic_cli.engine.llama.models import WHOLE_READING_PARAMS
+
+    monkeypatch.setattr(workspace, "WHOLE_READING_PARAMS", WHOLE_READING_PARAMS)
+    store, _ = book_store
+    looked_up = json.loads(runner.invoke(app, ["ask", "Who betrayed whom in chapter 2?", "--store", str(store),
+                                               "--json"]).stdout)
+    assert looked_up["kind"] == "lookup"
+    assert {s["event_id"] for s in looked_up["sources"]} <= set(_chapter_events(store, 2))  # still in chapter 2
+    asked = json.loads(runner.invoke(app, ["ask", "Who betrayed whom in chapter 2?", "--read", "whole", "--store",
+                                           str(store), "--json"]).stdout)
+    assert asked["kind"] == "whole" and [s["event_id"] for s in asked["sources"]] == _chapter_events(store, 2)
 
 
 def test_the_outline_method_reads_the_whole_chapter_with_its_sentences_in_the_request(book_store):

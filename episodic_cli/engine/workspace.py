@@ -37,7 +37,8 @@ from .kv.keeper import DEFAULT_KIND, BlockKeeper, tier_config
 from .llama import layer_visibility
 from .llama import prefill_rate
 from .llama.backend import LlamaModel, default_threads
-from .llama.models import BUNDLED_MODEL_FILE, PreparedModel, answering_alternative, prepare_model
+from .llama.models import (BUNDLED_MODEL_FILE, WHOLE_READING_PARAMS, PreparedModel, answering_alternative,
+                           prepare_model)
 from .paths import cache_dir, store_path
 from .retrieval.evidence import SentenceSupport, Support, readable, support, support_by_sentence
 from .retrieval import cold_reading
@@ -495,6 +496,12 @@ class Workspace:
         return result, stream
 
     @property
+    def reads_whole_parts(self) -> bool:
+        """Whether questions about a whole part are read whole or from the map, or (below WHOLE_READING_PARAMS,
+        measured: llama/models.py) looked up like any other unless --read asks."""
+        return self.model.info.n_params >= WHOLE_READING_PARAMS
+
+    @property
     def checks_claims(self) -> bool:
         """Whether the answer model reads each supporting quote to check that it states its sentence: models of a
         billion parameters or more (measured with Qwen 1.5B: docs/heldout.md, "Evidence sentence by sentence: the
@@ -552,8 +559,8 @@ class Workspace:
                                 described=scope.described or named.name)
             scope = replace(scope, boosted=opening | (scope.boosted or set()))
             named = None
-        if kind is None:
-            kind = (QuestionKind.LOOKUP if options.layered or options.epman
+        if kind is None:  # a model too small to gain from reading a part whole, or from the map, looks every one up
+            kind = (QuestionKind.LOOKUP if options.layered or options.epman or not self.reads_whole_parts
                     else QuestionKind.OVERVIEW if named is not None else classify(search, parsed, scope.titled))
         if kind is QuestionKind.WHOLE:
             found = None

@@ -61,6 +61,8 @@ class DocumentPass:
         self.commit_every = max(1, commit_every)
         self.on_progress = on_progress
         self.started = started  # perf_counter() when this run took the document up (ingest_seconds)
+        # this run's seconds in the two stages beside the model's reading (IngestResult.stage_seconds)
+        self.embed_seconds = self.commit_seconds = 0.0
         # Per-token arrays hold a window: what the segmenter and the batch ahead still read (memory stays flat).
         self.offsets, self.clean = tokens.offsets, tokens.clean
         self.surprise = SlidingArray(len(tokens), np.float32)
@@ -116,7 +118,8 @@ class DocumentPass:
                                    self._on_decoded, self._on_batch, window, self.surprise,
                                    self.clean if self.params.surprise_at == "clean" else None)
         events = self._events(self.pending)
-        seconds = time.perf_counter() - self.started
+        committing = time.perf_counter()
+        seconds = committing - self.started
         try:
             if self.document is None:  # short enough for one transaction: replaces any earlier version atomically
                 return self.store.replace_document(replace(self.record, n_events=len(events), ingest_seconds=seconds),
@@ -124,6 +127,7 @@ class DocumentPass:
             self.store.append_events(self.document.id, events, None)
             return self.store.finish_document(self.document.id, seconds)
         finally:
+            self.commit_seconds += time.perf_counter() - committing
             release_free_memory()
 
     def _keys_of(self, a: int, b: int) -> np.ndarray:
@@ -163,6 +167,7 @@ class DocumentPass:
         """Commit the pending events with the state to go on from `state`: the window file first, then one
         transaction that names it."""
         events = self._events(self.pending)
+        committing = time.perf_counter()
         if self.document is None:
             self.document = self.store.begin_document(self.record)
         start, scored, candidates = self.segmenter.state()
@@ -186,6 +191,7 @@ class DocumentPass:
             write_snapshot(path, blob)
         self.store.append_events(self.document.id, events, checkpoint.to_json())
         remove_older_snapshots(path)
+        self.commit_seconds += time.perf_counter() - committing
         self.committed += len(events)
         self.pending = []
         release_free_memory()  # else the C heap keeps the group's freed buffers and RSS creeps (heap.py)
@@ -203,6 +209,8 @@ class DocumentPass:
                 section=self.doc.section(c0, c1),
             ))
         if events:
+            embedding = time.perf_counter()
             for ev, vec in zip(events, self.embedder.embed_texts([e.text for e in events])):
                 ev.embedding = vec
+            self.embed_seconds += time.perf_counter() - embedding
         return events

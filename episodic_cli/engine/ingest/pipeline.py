@@ -10,7 +10,7 @@ import shutil
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -38,6 +38,9 @@ class IngestResult:
     seconds: float = 0.0
     error: str | None = None
     note: str | None = None  # how it was read, when the user should know ("pages 3-9 read by OCR")
+    # this run's seconds by stage: "extract" (the file to text, and its tokens counted), "read" (the model's pass,
+    # blocks kept included), "embed", "commit" (the store's writes and checkpoints); empty where nothing was read
+    stage_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def tokens_per_s(self) -> float:
@@ -47,7 +50,9 @@ class IngestResult:
         return {"path": self.display_path, "tokens": self.tokens, "events": self.events,
                 "seconds": round(self.seconds, 3), "tokens_per_s": round(self.tokens_per_s, 1),
                 "status": self.status, **({"error": self.error} if self.error else {}),
-                **({"note": self.note} if self.note else {})}
+                **({"note": self.note} if self.note else {}),
+                **({"stage_seconds": {k: round(v, 3) for k, v in self.stage_seconds.items()}}
+                   if self.stage_seconds else {})}
 
 
 MB = 10**6  # decimal, as every size epi shows
@@ -179,6 +184,7 @@ class Ingestor:
                 n_tokens=len(tokens), n_events=0, n_pages=doc.n_pages, n_lines=doc.n_lines, ingest_seconds=0.0,
                 segmenter=self.segmenter,
             )
+            reading = time.perf_counter()
             if self.result_limit is not None and self.bytes_needed(doc, len(tokens)) > self.result_limit:
                 return IngestResult(key, display_path, "deferred", len(tokens))
             document_pass = DocumentPass(self.store, self.session, self.sink, self.embedder, self.params, self.rope,
@@ -187,8 +193,13 @@ class Ingestor:
             resume = document_pass.resumable(existing)
             progress.document_started(display_path, len(tokens), resume[0].window.next_token if resume else 0)
             saved = document_pass.run(resume, existing if resume else None)
-            return IngestResult(key, display_path, "ingested", len(tokens), saved.n_events, time.perf_counter() - start,
-                                note=doc.note)
+            seconds = time.perf_counter() - start
+            extract = reading - start
+            passed = document_pass.embed_seconds + document_pass.commit_seconds
+            return IngestResult(key, display_path, "ingested", len(tokens), saved.n_events, seconds, note=doc.note,
+                                stage_seconds={"extract": extract, "read": seconds - extract - passed,
+                                               "embed": document_pass.embed_seconds,
+                                               "commit": document_pass.commit_seconds})
         except (StoreError, EpiError) as exc:  # SourceError is an EpiError
             self._stop_if_disk_full(exc, doc, len(tokens))
             return IngestResult(key, display_path, "failed", seconds=time.perf_counter() - start,

