@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from conftest import prose_lines
 from episodic_cli.app import app
 from episodic_cli.engine.documents.structure import decode
+from episodic_cli.engine.llama.models import WHOLE_READING_PARAMS as SIZE_RULE  # before the fixture lowers it
 from episodic_cli.store import Store
 from episodic_cli.store.summaries import document_key
 
@@ -70,13 +71,48 @@ def test_a_chapter_question_reads_the_whole_chapter_in_order(book_store):
     assert all(set(s) >= {"sentence", "supported", "quotes"} for s in answer["sentences"])
 
 
+@pytest.fixture(scope="module")
+def two_books_store(tmp_path_factory):
+    """river-book.txt (the betrayal in chapter 2) and a second book with chapters of the same numbers, one store."""
+    root = tmp_path_factory.mktemp("two-books")
+    (root / "books").mkdir()
+    (root / "books" / "river-book.txt").write_text(_book(), encoding="utf-8")
+    other = "\n\n".join(f"Chapter {n}\n\n" + "\n".join(prose_lines(seed=90 + n, n=30)) for n in (1, 2, 3)) + "\n"
+    (root / "books" / "hill-book.txt").write_text(other, encoding="utf-8")
+    store = root / "store"
+    result = runner.invoke(app, ["ingest", str(root / "books"), "--store", str(store), "--json"])
+    assert result.exit_code == 0, result.output
+    return store
+
+
+def test_a_chapter_two_books_have_is_read_in_the_one_that_matches_and_said(two_books_store):
+    """Issue 57: "in chapter 2" of an archive of several books reads one book's chapter 2, the one whose passages
+    match the question, and says which it chose and how to ask another's."""
+    from episodic_cli.engine.ask_options import AskOptions
+    from episodic_cli.engine.workspace import Workspace
+
+    ws = Workspace(store=str(two_books_store))
+    try:
+        with Store.open_existing(ws.store_dir) as st:
+            river = next(d for d in st.documents() if d.display_path.endswith("river-book.txt"))
+            chapter_2 = {e.id for e in st.events_of(river.id)
+                         if any(n[:2] == ["chapter", "2"] for n in (decode(e.section) or {}).get("path", []))}
+            result, stream = ws.ask(st, "Who betrayed his brother in chapter 2?", AskOptions(cold_seconds=None))
+            "".join(stream)
+    finally:
+        ws.close()
+    assert result.retrieved and {r.event.id for r in result.retrieved} <= chapter_2
+    (note,) = [n for n in result.scope.notes if "documents" in n]
+    assert note.startswith("ch. 2 is in 2 documents") and "river-book.txt's" in note and "--doc" in note
+    assert result.scope.described.endswith("river-book.txt")
+
+
 def test_a_model_under_a_billion_parameters_looks_a_chapter_question_up(book_store, monkeypatch):
     """The size rule itself (llama/models.py WHOLE_READING_PARAMS), with the bundled 135M model: the chapter
     question is answered from its best passages, and `--read whole` still reads the chapter whole."""
     from episodic_cli.engine import workspace
-    from episodic_cli.engine.llama.models import WHOLE_READING_PARAMS
 
-    monkeypatch.setattr(workspace, "WHOLE_READING_PARAMS", WHOLE_READING_PARAMS)
+    monkeypatch.setattr(workspace, "WHOLE_READING_PARAMS", SIZE_RULE)
     store, _ = book_store
     looked_up = json.loads(runner.invoke(app, ["ask", "Who betrayed whom in chapter 2?", "--store", str(store),
                                                "--json"]).stdout)

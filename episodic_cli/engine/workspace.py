@@ -559,6 +559,7 @@ class Workspace:
                                 described=scope.described or named.name)
             scope = replace(scope, boosted=opening | (scope.boosted or set()))
             named = None
+        scope = self._one_document(store, search, scope)
         if kind is None:  # a model too small to gain from reading a part whole, or from the map, looks every one up
             kind = (QuestionKind.LOOKUP if options.layered or options.epman or not self.reads_whole_parts
                     else QuestionKind.OVERVIEW if named is not None else classify(search, parsed, scope.titled))
@@ -599,6 +600,18 @@ class Workspace:
                     found[0].scope = scope
                     return found
         return self._ask_lookup(store, question, search, scope, options, history, started, should_stop)
+
+    def _one_document(self, store: Store, search: str, scope: Restriction) -> Restriction:
+        """A place the question names ("chapter 3") that several documents hold, none named: the answer reads the
+        one whose passages match the question best, and says which (Restriction.choose_document)."""
+        if scope.by_document is None:
+            return scope
+        best = self.retrieve(store, search, 1, 0, scope=scope)
+        if not best:
+            return scope
+        names = {d.id: d.display_path for d in store.documents() if d.id in scope.by_document}
+        chosen = best[0].document
+        return scope.choose_document(chosen.id, chosen.display_path, sorted(names.values()))
 
     def _ask_lookup(self, store: Store, question: str, search: str, scope: Restriction, options: AskOptions,
                     history: list[dict[str, str]] | None, started: float, should_stop: Callable[[], bool] | None

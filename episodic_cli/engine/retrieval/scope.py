@@ -20,7 +20,7 @@ import fnmatch
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ...store import Store
 from ...store.lexical import STOP_WORDS
@@ -192,6 +192,21 @@ class Restriction:
     # The named places that matched, as (node test, value): a source spanning two sections is cited by the one asked
     # about, not by the one it mostly holds (measured: a §2.2 question's sentence in an event cited as §2.4).
     places: list[tuple[Callable[[list, str], bool], str]] = field(default_factory=list)
+    # A named place ("chapter 3") found in several documents when none was named: each document's events there.
+    # The answer reads one document's (choose_document), and says which.
+    by_document: dict[int, set[int]] | None = None
+
+    def choose_document(self, document_id: int, name: str, found_in: list[str]) -> Restriction:
+        """This restriction narrowed to one of the documents holding the named place, with a note saying which was
+        chosen among `found_in` (display paths) and how to ask another's."""
+        assert self.by_document is not None
+        others = len(found_in) - 1
+        shown = ", ".join(found_in[:3]) + (f" and {len(found_in) - 3} more" if len(found_in) > 3 else "")
+        note = (f"{self.described} is in {len(found_in)} documents ({shown}): answered from {name}'s, whose "
+                f"passages match the question best; name the document, or pass --doc, to ask "
+                f"{'the other' if others == 1 else 'another'}")
+        return replace(self, allowed=self.by_document[document_id], by_document=None,
+                       described=f"{self.described} of {name}", notes=[*self.notes, note])
 
     def cited_section(self, section: dict | None) -> dict | None:
         """The event's stored section with the path the question named first, when the event spans that place."""
@@ -328,6 +343,12 @@ def resolve(store: Store, scope: Scope, doc_globs: list[str] | None = None) -> R
         allowed = structural if allowed is None else structural & allowed
         out.query = scope.rest if re.search(r"\w", scope.rest) else None
         out.described = ", ".join(x for x in (out.described, *labels) if x)
+        if docs is None:
+            by_document: dict[int, set[int]] = {}
+            for row in places:
+                if row[0] in allowed:
+                    by_document.setdefault(row[1], set()).add(row[0])
+            out.by_document = by_document if len(by_document) > 1 else None
     out.allowed = allowed
     _note_missing(out, missing, where)
     if scope.symbols:
