@@ -62,8 +62,8 @@ def timed_background(epi: list[str], store: Path, doc: Path, question: str, env:
     return {"ingest_returns_s": round(t_read, 1), "cold_ask_s": round(t_cold, 1),
             "first_answer_s": round(t_read + t_cold, 1), "job_done_s": round(t_done, 1),
             "good_answer_s": round(t_done + t_hot, 1), "job": job,
-            "cold_answer": cold["answer"], "cold_left_out_tokens": cold["left_cold"]["tokens"],
-            "hot_answer": hot["answer"], "hot_prefilled_tokens": hot["kv_prefilled_tokens"]}
+            "cold_answer": cold["text"], "cold_left_out_tokens": cold["left_out_tokens"],
+            "hot_answer": hot["text"], "hot_prefilled_tokens": hot["kv_prefilled_tokens"]}
 
 
 def events_of(store: Path) -> int:
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                              env)
         t_ask, answer = ask(epi, store, args.question, env)
         readers[name] = {"ingest_s": round(t_ingest, 1), "ask_s": round(t_ask, 1),
-                         "first_answer_s": round(t_ingest + t_ask, 1), "answer": answer["answer"],
+                         "first_answer_s": round(t_ingest + t_ask, 1), "answer": answer["text"],
                          "kv_prefilled_tokens": answer["kv_prefilled_tokens"], "events": events_of(store)}
     background = timed_background(epi, root / "background", doc, args.question, env) \
         if "background" in args.rows else None

@@ -116,7 +116,7 @@ def answers(store: Path, env: dict) -> tuple[list, list[subprocess.CompletedProc
         procs.append(proc)
         if proc.returncode == 0:
             d = json.loads(proc.stdout)
-            out.append({"answer": d["answer"], "sources": [s["event_id"] for s in d["sources"]]})
+            out.append({"answer": d["text"], "sources": [s["event_id"] for s in d["sources"]]})
         else:
             out.append({"refused": (proc.stderr.strip().splitlines() or [""])[-1]})
     return out, procs

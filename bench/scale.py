@@ -521,8 +521,8 @@ def measure(names: list[str], root: Path, args) -> dict:
                                 "kv_prefilled_tokens": out["kv_prefilled_tokens"],
                                 "retrieved_tokens": out["retrieved_tokens"],
                                 "needle_retrieved": targets[n].get(q.index) in ids,
-                                "answer_has_code": q.code in out["answer"],
-                                "left_cold_events": len((out.get("left_cold") or {}).get("events") or [])})
+                                "answer_has_code": q.code in out["text"],
+                                "left_cold_events": len(out.get("left_out") or [])})
                     (root / "asks").mkdir(exist_ok=True)
                     (root / "asks" / f"{n}-q{q.index:02d}-{phase}.json").write_text(
                         json.dumps({"stdout": out, "stderr": proc.stderr[-3000:]}, indent=1))

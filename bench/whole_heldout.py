@@ -23,6 +23,7 @@ from pathlib import Path
 
 from episodic_cli.engine.ask_options import AskOptions
 from episodic_cli.engine.paths import cache_dir
+from episodic_cli.api import answer_of
 from episodic_cli.engine.retrieval.citations import citation
 from episodic_cli.engine.retrieval.question_kind import QuestionKind
 from episodic_cli.engine.workspace import Workspace
@@ -54,11 +55,12 @@ def ask(ws: Workspace, st: Store, question: str, history: list[dict] | None, sea
     holder["result"] = result
     for _ in stream:
         pass
-    sentences = result.sentence_support()
+    result.verify()  # the quotes checked by the answer model, as `epi ask` shows them
+    sentences = answer_of(result).as_json()["sentences"]
     return {"answer": result.answer.text.strip(), "kind": result.kind.value, "read": result.reading,
             "search": result.search, "sources": [citation(r) for r in result.retrieved],
-            "sentences_supported": sum(s.supported for s in sentences), "sentences": len(sentences),
-            "sentence_checks": [s.as_json(result.retrieved) for s in sentences],
+            "sentences_supported": sum(s["supported"] for s in sentences), "sentences": len(sentences),
+            "sentence_checks": sentences,
             "first_token_s": round(result.answer.timings.first_token_s, 2), "notes": result.notes,
             "total_s": round(time.perf_counter() - t0, 2)}
 

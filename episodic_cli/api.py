@@ -45,7 +45,7 @@ from .engine.kv.keeper import DEFAULT_KIND
 from .engine.llama.models import answer_model as chosen_answer_model
 from .engine.llama.models import plan_ingest
 from .engine.prompt import check_question_length
-from .engine.retrieval.citations import citation, place_words, printable
+from .engine.retrieval.citations import citation, place, printable
 from .engine.retrieval.question_kind import QuestionKind
 from .engine.retrieval.retrieve import RetrievedEvent
 from .engine.retrieval.scope import documents_matching
@@ -59,6 +59,9 @@ __all__ = ["Archive", "Answer", "Quote", "SentenceEvidence", "Source", "Timings"
 
 log = logging.getLogger("episodic_cli")
 READ_CHOICES = ("auto", "lookup", "whole", "overview")
+# The version of Answer's JSON form (`epi ask --json`, Archive.ask, `epi mcp`'s ask; docs/answer.schema.json): raised
+# when a field is renamed, removed or changes its meaning, so a reader can tell which form it holds.
+ANSWER_SCHEMA_VERSION = 1
 SEARCH_TOKENS = 1 << 30  # search() returns its k hits whatever their length (an answer's sources are cut to a budget)
 EXCERPT_CHARS = 300
 
@@ -124,7 +127,8 @@ class _Record:
 
 @dataclass
 class Quote(_Record):
-    """A sentence of the sources that supports an answer, with where it is."""
+    """A sentence of the sources that supports an answer, with where it is: `quote` is the source's text exactly
+    (its line breaks too, which its lines count), so a reader squashes its whitespace to show it."""
 
     quote: str
     citation: str                 # "keeper.pdf, p. 3" or "notes.txt, lines 120-121"
@@ -134,6 +138,8 @@ class Quote(_Record):
     page_end: int | None = None
     line_start: int | None = None
     line_end: int | None = None
+    # [start, end) offsets in `quote` of the words it shares with the answer (and question): what `epi ask` marks
+    highlight: list[list[int]] = field(default_factory=list)
 
 
 @dataclass
@@ -148,6 +154,7 @@ class SentenceEvidence(_Record):
     quotes: list[Quote] = field(default_factory=list)
     doubted: bool = False
     checked: bool | None = None
+    coverage: float = 0.0         # the weighted share of the sentence's own words that its quotes hold
 
 
 @dataclass
@@ -171,16 +178,21 @@ class Source(_Record):
 
 @dataclass
 class Timings(_Record):
-    """Seconds from the question (retrieval start): retrieval, prefill, first answer token, whole answer."""
+    """Seconds from the question (retrieval start): retrieval, prefill, first answer token, whole answer; and to the
+    first progress of events prepared from text (None: none were)."""
 
     retrieve_s: float = 0.0
     prefill_s: float = 0.0
     first_token_s: float = 0.0
     total_s: float = 0.0
+    progress_s: float | None = None
 
 
 @dataclass
 class Answer(_Record):
+    """An answer, the one record every face gives: `Archive.ask`, `epi ask --json` and `epi mcp`'s ask all write
+    as_json(), whose form docs/answer.schema.json describes (its `schema_version`: ANSWER_SCHEMA_VERSION)."""
+
     question: str
     text: str
     kind: str                     # "lookup" (a few passages), "whole" (a named part read whole), "overview" (the map)
@@ -199,6 +211,20 @@ class Answer(_Record):
     # the answer set aside by a second look: no sentence of the sources held its words, and `text` is the answer
     # read again from the passages that match the question best
     first_answer: str | None = None
+    narrowed: bool = False        # it read only the sentences that match the question best, not the events whole
+    retrieved_tokens: int = 0     # the tokens of the sources
+    # kv mode (None in text mode): the sources' tokens loaded from stored KV blocks, prefilled from text, and the
+    # loaded blocks' first tokens decoded again at their place
+    kv_loaded_tokens: int | None = None
+    kv_prefilled_tokens: int | None = None
+    kv_relinked_tokens: int | None = None
+    layered: dict | None = None   # --layered: the pool loaded and, per layer, how many of its blocks it selected
+    left_out_tokens: int = 0      # the tokens of the `left_out` events
+    # of the sources without a KV block, those read only as their sentences that match the question (for time)
+    read_as_sentences: list[int] = field(default_factory=list)
+
+    def as_json(self) -> dict:
+        return {"schema_version": ANSWER_SCHEMA_VERSION, **super().as_json()}
 
     def __str__(self) -> str:
         return self.text
@@ -310,7 +336,7 @@ class Outline(_Record):
 
         def walk(nodes: list[OutlineNode]) -> None:
             for n in nodes:
-                where = _place_text(self.kind, n.page_start, n.page_end, n.line_start, n.line_end)
+                where = place(self.kind, n.page_start, n.page_end, n.line_start, n.line_end)
                 ids = f"event {n.first_event}" if n.first_event == n.last_event else \
                     f"events {n.first_event}-{n.last_event}"
                 lines.append(f"{'  ' * n.depth}- {n.label}" + (f" — {where}" if where else "") + f" · {ids}")
@@ -337,15 +363,6 @@ class IngestReport(_Record):
             not all(d["status"] == "skipped" for d in self.documents)
 
 
-def _place_text(kind: str, page_start, page_end, line_start, line_end) -> str:
-    if page_start is not None:
-        last = page_end if page_end is not None else page_start
-        return f"p. {page_start}" if last == page_start else f"pp. {page_start}-{last}"
-    if line_start is not None:
-        return place_words(kind, line_start, line_end)
-    return ""
-
-
 def _squashed(text: str, limit: int = EXCERPT_CHARS) -> str:
     text = " ".join(text.split())
     return text[:limit] + ("…" if len(text) > limit else "")
@@ -356,19 +373,21 @@ def _quote_citation(r: RetrievedEvent, e) -> str:
     if r.summary is not None:
         return citation(r)
     name = printable(r.document.display_path)
-    where = _place_text(r.document.kind, e.page, e.page_end, e.line_start, e.line_end)
+    where = place(r.document.kind, e.page, e.page_end, e.line_start, e.line_end)
     return f"{name}, {where}" if where else name
 
 
 def _quote(result: EngineResult, e) -> Quote:
     r = result.retrieved[e.index]
-    return Quote(quote=" ".join(e.quote.split()), citation=_quote_citation(r, e), document=r.document.display_path,
+    return Quote(quote=e.quote, citation=_quote_citation(r, e), document=r.document.display_path,
                  event_id=None if r.summary is not None else r.event.id, page_start=e.page, page_end=e.page_end,
-                 line_start=e.line_start, line_end=e.line_end)
+                 line_start=e.line_start, line_end=e.line_end, highlight=[[a, b] for a, b in e.highlight])
 
 
 def answer_of(result: EngineResult, notes: list[str] | None = None) -> Answer:
-    """The public record of a finished engine answer (Workspace.ask's AskResult, its stream consumed)."""
+    """The public record of a finished engine answer (Workspace.ask's AskResult, its stream consumed), the one every
+    face writes or renders. It reads the quotes as they are: run `result.verify()` first to have the answer model
+    check them (building the record never runs the model)."""
     found = result.support()
     sources = []
     for i, r in enumerate(result.retrieved, 1):
@@ -380,20 +399,26 @@ def answer_of(result: EngineResult, notes: list[str] | None = None) -> Answer:
             page_end=ev.page_end, line_start=ev.line_start, line_end=ev.line_end,
             score=None if r.score is None else round(float(r.score), 6),
             summary_of=None if r.summary is None else r.summary.label))
-    t = result.answer.timings
+    a = result.answer
+    kv = result.mode == "kv"
     return Answer(
-        question=result.question, text=result.answer.text.strip(), kind=result.kind.value, mode=result.mode,
+        question=result.question, text=a.text.strip(), kind=result.kind.value, mode=result.mode,
         supported=result.supported(), evidence=[_quote(result, e) for e in found.evidence],
         sentences=[SentenceEvidence(s.sentence, s.supported, [_quote(result, e) for e in s.evidence], s.doubted,
-                                   s.checked)
+                                   s.checked, s.coverage)
                    for s in result.sentence_support()],
-        sources=sources,
-        timings=Timings(round(t.retrieve_s, 4), round(t.prefill_s, 4), round(t.first_token_s, 4), round(t.total_s, 4)),
-        short=result.answer.short, reading=result.reading,
+        sources=sources, timings=Timings(**a.timings.as_json()),
+        short=a.short, reading=result.reading,
         scope=None if result.scope is None else result.scope.described, search=result.search,
         left_out=[r.event.id for r in result.left_cold],
         first_answer=None if result.first_answer is None else result.first_answer.text.strip(),
-        notes=list(notes or []) + (list(result.scope.notes) if result.scope is not None else []))
+        notes=list(notes or []) + (list(result.scope.notes) if result.scope is not None else []),
+        narrowed=bool(result.focus), retrieved_tokens=sum(r.n_tokens for r in result.retrieved),
+        kv_loaded_tokens=a.kv_loaded_tokens if kv else None, kv_prefilled_tokens=a.kv_prefilled_tokens if kv else None,
+        kv_relinked_tokens=a.kv_relinked_tokens if kv else None,
+        layered=None if a.layered is None else a.layered.as_json(),
+        left_out_tokens=sum(r.n_tokens for r in result.left_cold),
+        read_as_sentences=[r.event.id for r in result.cold_passages])
 
 
 def _history(history: Iterable | None) -> list[dict[str, str]] | None:
@@ -539,9 +564,11 @@ class Archive:
               should_stop: Callable[[], bool] | None = None, answer_tokens: int | None = None,
               second_look: bool = SECOND_LOOK) -> tuple[EngineResult, Iterator[str]]:
         """The engine's side of a question: its result (filled in as the stream is read) and the answer stream.
-        What `epi ask` renders; ask() and ask_stream() turn it into an Answer. The keywords are the engine's
-        AskOptions (engine/ask_options.py) under the names `epi ask` gives them; `pool` sizes the layered pool."""
+        What `epi ask` renders; record() turns it into an Answer once the stream is read (ask() and ask_stream() do).
+        The keywords are the engine's AskOptions (engine/ask_options.py) under the names `epi ask` gives them; `pool`
+        sizes the layered pool."""
         self._not_answering()
+        self._notes = []  # the warnings said from here to record(): the Answer's notes
         if not isinstance(question, str):
             raise EpiError(f"the question must be a string, not {type(question).__name__}")
         check_question_length(question)
@@ -578,9 +605,7 @@ class Archive:
         sentence of the sources held its words; Answer.first_answer keeps it). Takes ask()'s options; closing the
         iterator early stops the generation. `on_begin(result)`: the engine's result once
         retrieval is done, before the answer is read and generated (what will be read: `result.retrieved`)."""
-        notes: list[str] = []
         self._not_answering()
-        self._notes = notes
         try:
             result, stream = self.begin(question, **options)
             self._answering = True
@@ -592,11 +617,18 @@ class Archive:
                 close = getattr(stream, "close", None)
                 if close is not None:
                     close()
-            answer = answer_of(result, notes)  # before the notes close: checking the quotes may warn
+            result.verify()  # the answer model checks the quotes; before record(), as it may warn
+            answer = self.record(result)
         finally:
             self._notes = None
             self._answering = False
         yield answer
+
+    def record(self, result: EngineResult) -> Answer:
+        """The Answer of a result from begin() whose stream was read, with the warnings said since begin() as its
+        notes. It never runs the model: `result.verify()` first, to have the answer model check the quotes."""
+        notes, self._notes = self._notes, None
+        return answer_of(result, notes)
 
     def ask(self, question: str, *, k: int = DEFAULT_K, doc: str | list[str] | None = None,
             read: str = "auto", history: Iterable | None = None, **options) -> Answer:

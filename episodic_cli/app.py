@@ -327,10 +327,13 @@ def ask(
         if as_json:
             for _ in stream:
                 pass
-            print(json.dumps(result.as_json(), ensure_ascii=False))
+            result.verify()  # the quotes checked by the answer model, before they are written out
+            print(json.dumps(archive.record(result).as_json(), ensure_ascii=False))
         else:
             render.stream_answer(stream)
-            render.evidence(result)
+            with render.checking_evidence():
+                result.verify()
+            render.evidence(archive.record(result))
             render.sources(result.retrieved, grouped=result.kind is not QuestionKind.LOOKUP)
             render.timings(result)
         # a chain of follow-ups keeps the question it began at ("and then?" after "and him?")

@@ -34,7 +34,7 @@ from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 from mcp.types import CallToolResult, Resource, TextContent, ToolAnnotations
 
 from . import __version__
-from .api import Answer, Archive, Document, Event, Hit, SecondLook, Summary, whole_number
+from .api import Answer, Archive, Document, Event, Hit, Quote, SecondLook, Summary, whole_number
 from .engine.errors import EpiError, NotFound
 from .store import StoreError
 
@@ -254,6 +254,13 @@ def hits_text(hits: list[Hit]) -> str:
     return "\n".join(lines)
 
 
+def quote_line(q: Quote) -> str:
+    """A quote as the caller reads it, its whitespace squashed (Quote.quote keeps the source's line breaks), then
+    where it is."""
+    return f"“{' '.join(q.quote.split())}” ({q.citation}" + (f", event {q.event_id})" if q.event_id is not None
+                                                               else ")")
+
+
 def answer_text(a: Answer) -> str:
     parts = [a.text or "(no answer)"]
     if len(a.sentences) > 1:
@@ -262,8 +269,7 @@ def answer_text(a: Answer) -> str:
         for s in a.sentences:
             unchecked = " (quote not checked by the model)" if s.supported and s.checked is False else ""
             lines.append(f"{'✓' if s.supported else '?'} {s.sentence}{unchecked}")
-            lines += [f"   “{q.quote}” ({q.citation}" + (f", event {q.event_id})" if q.event_id is not None else ")")
-                      for q in s.quotes]
+            lines += [f"   {quote_line(q)}" for q in s.quotes]
             if s.doubted:
                 lines.append("   the closest quote may not say this; read it before trusting the sentence")
             elif not s.supported:
@@ -273,8 +279,7 @@ def answer_text(a: Answer) -> str:
         head = "Evidence:" if a.supported else ("Not supported by the sources: no sentence in them holds what this "
                                                 "answer says; read the passages below before trusting it." +
                                                 ("\nClosest to the question:" if a.evidence else ""))
-        parts.append("\n".join([head] + [f"“{q.quote}” ({q.citation}" + (
-            f", event {q.event_id})" if q.event_id is not None else ")") for q in a.evidence]))
+        parts.append("\n".join([head] + [quote_line(q) for q in a.evidence]))
     notes = [n for n in (a.reading, a.search and f"searched as: {a.search}",
                          a.scope and f"searched {a.scope} only") if n] + a.notes
     if notes:

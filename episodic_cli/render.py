@@ -24,7 +24,7 @@ from rich.progress import (
 from rich.table import Table
 
 from .engine.answer.records import SecondLook
-from .engine.retrieval.citations import citation, place_words, printable
+from .engine.retrieval.citations import citation, place, printable
 from .engine.ingest.pipeline import IngestResult
 from .engine.retrieval.retrieve import RetrievedEvent
 from .background import BUSY, JOINED, STARTED
@@ -388,36 +388,32 @@ def stream_answer(stream: Iterable[str], shown: list[str] | None = None) -> str:
     return "".join(shown)
 
 
-def _where(document: str, kind: str, e) -> str:
-    if e.page is not None:
-        return f"{document}, p. {e.page}" if e.page_end in (None, e.page) else f"{document}, pp. {e.page}-{e.page_end}"
-    if e.line_start is not None:
-        return f"{document}, {place_words(kind, e.line_start, e.line_end)}"
-    return document
-
-
-def evidence(result) -> None:
-    """The quotes that support the answer, under it, with the answer's own words highlighted; or, when no sentence
-    of the sources holds them, a plain statement that the answer is not sourced. An answer of several sentences is
-    checked sentence by sentence instead."""
+@contextlib.contextmanager
+def checking_evidence() -> Iterator[None]:
+    """A spinner while the answer model checks the quotes (result.verify(): about a second a sentence)."""
     with out.status("checking the evidence, sentence by sentence", spinner="dots"):
-        sentences = result.sentence_support()  # with the answer model, about a second a sentence
-    if len(sentences) > 1:
-        sentence_evidence(result, sentences)
+        yield
+
+
+def evidence(answer) -> None:
+    """The quotes that support an answer (api.Answer), under it, with the answer's own words highlighted; or, when
+    no sentence of the sources holds them, a plain statement that the answer is not sourced. An answer of several
+    sentences is shown sentence by sentence instead (as result.verify() judged them)."""
+    if len(answer.sentences) > 1:
+        sentence_evidence(answer.sentences)
         return
-    found = result.support()
-    if not found.supported:
+    if not answer.supported:
         out.print("\n[bold yellow]Not supported by the sources:[/] [yellow]no sentence in them holds what this answer "
                   "says; read the passages below before trusting it.[/]")
-        if found.evidence:
+        if answer.evidence:
             out.print("[dim]Closest to the question:[/]")
     else:
         out.print("\n[bold]Evidence[/]")
-    for e in found.evidence:
-        _quote(result, e)
+    for q in answer.evidence:
+        _quote(q)
 
 
-def sentence_evidence(result, sentences) -> None:
+def sentence_evidence(sentences) -> None:
     """Each sentence of a long answer, then the quote that supports it, or a mark that none does."""
     backed = sum(s.supported for s in sentences)
     out.print(f"\n[bold]Evidence, sentence by sentence[/] [dim]({backed} of {len(sentences)} supported)[/]")
@@ -426,26 +422,25 @@ def sentence_evidence(result, sentences) -> None:
             # a check that applied and did not run: the quote shares the sentence's words, nothing more is known
             unchecked = " [dim](quote not checked by the model)[/]" if s.checked is False else ""
             out.print(f"[green]✓[/] {escape(s.sentence)}{unchecked}", soft_wrap=True)
-            for e in s.evidence:
-                _quote(result, e)
+            for q in s.quotes:
+                _quote(q)
         elif s.doubted:
             out.print(f"[yellow]? {escape(s.sentence)}[/]\n   [dim yellow]the closest quote may not say this; read it "
                       "before trusting the sentence:[/]", soft_wrap=True)
-            for e in s.evidence:
-                _quote(result, e)
+            for q in s.quotes:
+                _quote(q)
         else:
             out.print(f"[yellow]? {escape(s.sentence)}[/]\n   [dim yellow]no sentence in the sources holds this[/]",
                       soft_wrap=True)
 
 
-def _quote(result, e) -> None:
-    """One supporting quote, the answer's words highlighted, with where it is."""
-    r = result.retrieved[e.index]
-    quote, marked, at = " ".join(e.quote.split()), "", 0
+def _quote(q) -> None:
+    """One supporting quote (api.Quote), the answer's words highlighted, with where it is."""
+    quote, marked, at = " ".join(q.quote.split()), "", 0
     # highlight offsets refer to the quote as stored; map them onto the whitespace-squashed form shown
     squashed = []
-    for a, b in e.highlight:
-        word = e.quote[a:b]
+    for a, b in q.highlight:
+        word = q.quote[a:b]
         k = quote.find(word, at)
         if k >= 0:
             squashed.append((k, k + len(word)))
@@ -455,10 +450,8 @@ def _quote(result, e) -> None:
         marked += escape(quote[at:a]) + f"[bold yellow]{escape(quote[a:b])}[/]"
         at = b
     marked += escape(quote[at:])
-    where = citation(r) if r.summary is not None else _where(printable(r.document.display_path),
-                                                               r.document.kind, e)
-    origin = "" if r.summary is not None else f", event {r.event.id}"
-    out.print(f" [cyan]“[/]{marked}[cyan]”[/]\n   [dim]{escape(where)}{origin}[/]", soft_wrap=True)
+    origin = "" if q.event_id is None else f", event {q.event_id}"
+    out.print(f" [cyan]“[/]{marked}[cyan]”[/]\n   [dim]{escape(q.citation)}{origin}[/]", soft_wrap=True)
 
 
 def sources(retrieved, grouped: bool = False) -> None:
@@ -512,12 +505,12 @@ def _run_citation(run) -> str:
     """A run of consecutive events: the first one's citation, its pages or lines extended to the last one's."""
     first, last = run[0].event, run[-1].event
     head = citation(run[0])
+    kind = run[0].document.kind
     if first.page_start is not None and last.page_end is not None:
-        a, b = first.page_start, last.page_end
-        head = re.sub(r", pp?\. [\d-]+$", "", head) + (f", p. {a}" if a == b else f", pp. {a}-{b}")
+        head = re.sub(r", pp?\. [\d-]+$", "", head) + ", " + place(kind, first.page_start, last.page_end)
     elif first.line_start is not None and last.line_end is not None:
-        head = re.sub(r", (?:lines?|¶) [\d-]+$", "", head) + ", " + place_words(run[0].document.kind,
-                                                                                first.line_start, last.line_end)
+        head = re.sub(r", (?:lines?|¶) [\d-]+$", "", head) + ", " + place(kind, None, None, first.line_start,
+                                                                          last.line_end)
     return head
 
 

@@ -19,7 +19,7 @@ from prompt_toolkit.history import FileHistory, History, InMemoryHistory
 from rich.markup import escape
 
 from . import render
-from .api import whole_number
+from .api import answer_of, whole_number
 from .engine.ask_options import AskOptions
 from .engine.paths import data_dir
 from .engine.prompt import check_question_length
@@ -165,7 +165,9 @@ def _loop(ws: Workspace, store: Store, options: AskOptions, ahead: ChatPrefetch 
             shown: list[str] = []  # what the user saw of the answer, kept in the conversation if it is stopped
             try:
                 render.stream_answer(stream, shown)
-                render.evidence(result)
+                with render.checking_evidence():
+                    result.verify()  # the answer model checks the quotes before they are shown
+                render.evidence(answer_of(result))
             except KeyboardInterrupt:
                 render.out.print("\n[dim](stopped)[/]")
             last_sources = result.retrieved

@@ -25,11 +25,11 @@ def test_qwen_1_5b_by_name_answers_from_its_own_blocks(shared_store, tmp_path):
     first = runner.invoke(app, ask)
     assert first.exit_code == 0, first.output
     cold = json.loads(first.stdout)
-    assert "QUILLFEATHER-42" in cold["answer"]
+    assert "QUILLFEATHER-42" in cold["text"]
     assert cold["kv_prefilled_tokens"] > 0 and cold["kv_loaded_tokens"] == 0
     again = json.loads(runner.invoke(app, ask).stdout)
     assert again["kv_prefilled_tokens"] == 0 and again["kv_loaded_tokens"] == cold["kv_prefilled_tokens"]
-    assert "QUILLFEATHER-42" in again["answer"]
+    assert "QUILLFEATHER-42" in again["text"]
 
 
 def test_an_unknown_model_name_lists_the_names(shared_store):
@@ -93,7 +93,8 @@ def test_qwen_1_5b_doubts_a_quote_that_does_not_state_its_sentence():
     try:
         result = AskResult(question, "kv", retrieved, Answer(), check_claim=checker.p_stated)
         result.answer.text = answer
-        checked = result.sentence_support()
+        assert [s.checked for s in result.sentence_support()] == [False, False]  # the model reads only in verify()
+        checked = result.verify()
         assert [(s.supported, s.doubted, s.checked) for s in checked] == [(True, False, True), (False, True, True)]
         assert any("furnace at Brask" in e.quote for e in checked[1].evidence)
         assert result.supported()  # one sentence of two is supported: half

@@ -89,8 +89,8 @@ def test_ask_gives_what_epi_ask_json_gives(archive, shared_ask):
     cli = json.loads(shared_ask.stdout)
     answer = archive.ask(TEXT_QUESTION, k=1, neighbours=0)
     assert [s.event_id for s in answer.sources] == [s["event_id"] for s in cli["sources"]]
-    assert answer.text == cli["answer"] and answer.short == cli["short_answer"]
-    assert [q.quote for q in answer.evidence] == [" ".join(e["quote"].split()) for e in cli["evidence"]]
+    assert answer.text == cli["text"] and answer.short == cli["short"]
+    assert [q.quote for q in answer.evidence] == [e["quote"] for e in cli["evidence"]]
     assert answer.supported == cli["supported"]
     cited = [s for s in answer.sources if TEXT_FACT in s.text][0]
     assert cited.line_start <= TEXT_FACT_LINE <= cited.line_end and cited.page_start is None

@@ -59,7 +59,7 @@ def test_background_warm_returns_at_once_and_finishes_blocks_and_map_while_asked
 
     asked = epi("ask", TEXT_QUESTION, "--store", str(store_dir), "--model", str(second_model), "--json")
     assert asked.exit_code == 0, asked.stderr  # answered while the job runs (cold events read from text)
-    assert json.loads(asked.stdout)["answer"].strip()
+    assert json.loads(asked.stdout)["text"].strip()
     more = tmp_path / "more.txt"
     more.write_text("\n".join(prose_lines(seed=92, n=30)) + "\n", encoding="utf-8")
     added = epi("ingest", str(more), "--store", str(store_dir), "--background", "--answer-model", str(second_model),

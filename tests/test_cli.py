@@ -39,34 +39,36 @@ def test_ask_json_contract(shared_ask):
     assert shared_ask.exit_code == 0, shared_ask.stderr
     assert len(shared_ask.stdout.strip().splitlines()) == 1  # exactly one JSON object, nothing else on stdout
     out = json.loads(shared_ask.stdout)
-    assert set(out) == {"answer", "mode", "sources", "retrieved_tokens", "kv_loaded_tokens", "kv_prefilled_tokens",
-                        "kv_relinked_tokens",
-                        "timings", "scope", "evidence", "supported", "narrowed", "layered", "short_answer", "left_cold",
-                        "kind", "read", "search", "sentences", "first_answer"}
-    assert out["kind"] == "lookup" and out["read"] is None and out["search"] is None  # test_whole_scope.py
+    assert set(out) == {"schema_version", "question", "text", "kind", "mode", "supported", "evidence", "sentences",
+                        "sources", "timings", "short", "reading", "scope", "search", "left_out", "notes",
+                        "first_answer", "narrowed", "retrieved_tokens", "kv_loaded_tokens", "kv_prefilled_tokens",
+                        "kv_relinked_tokens", "layered", "left_out_tokens", "read_as_sentences"}
+    assert out["schema_version"] == 1  # the form docs/answer.schema.json describes
+    assert out["kind"] == "lookup" and out["reading"] is None and out["search"] is None  # test_whole_scope.py
     assert isinstance(out["sentences"], list)
     assert out["first_answer"] is None  # the bundled SmolLM2 reads narrowed sentences: no second look (test_second_look)
     assert isinstance(out["evidence"], list) and isinstance(out["supported"], bool)  # checked in test_evidence.py
-    assert out["scope"] == {"restricted_to": None, "notes": []}  # the question names no chapter, page or file
+    assert out["scope"] is None and out["notes"] == []  # the question names no chapter, page or file
     assert out["layered"] is None  # per-layer selection is off unless asked for (test_layered.py)
     # "What codename ...?" asks for a fact: the answer starts with an evidence span (test_short_answer.py)
-    assert out["short_answer"] and out["answer"].startswith(out["short_answer"])
-    assert any(out["short_answer"] in s["text"] for s in out["sources"])
-    assert isinstance(out["answer"], str) and out["answer"] == out["answer"].strip() and out["answer"]
+    assert out["short"] and out["text"].startswith(out["short"])
+    assert any(out["short"] in s["text"] for s in out["sources"])
+    assert isinstance(out["text"], str) and out["text"] == out["text"].strip() and out["text"]
     assert out["mode"] == "kv"  # the default whenever the store has KV blocks (ingest stores them by default)
     assert isinstance(out["retrieved_tokens"], int) and not isinstance(out["retrieved_tokens"], bool)
     assert out["sources"]
     for s in out["sources"]:
-        assert set(s) == {"document", "page", "page_end", "line_start", "line_end", "section", "event_id", "score",
-                          "text", "summary_of"}
+        assert set(s) == {"number", "citation", "document", "event_id", "excerpt", "text", "section", "page_start",
+                          "page_end", "line_start", "line_end", "score", "summary_of"}
         assert s["summary_of"] is None  # a lookup reads events; a summary of the map names what it covers
-        assert (s["page"] is None) == (s["page_end"] is None) and (s["page"] or 0) <= (s["page_end"] or 0)
+        assert (s["page_start"] is None) == (s["page_end"] is None)
+        assert (s["page_start"] or 0) <= (s["page_end"] or 0)
         assert s["section"] is None or isinstance(s["section"], str)
         assert isinstance(s["document"], str) and isinstance(s["text"], str) and s["text"]
         assert isinstance(s["event_id"], int) and not isinstance(s["event_id"], bool)
-        for key in ("page", "line_start", "line_end"):
+        for key in ("page_start", "line_start", "line_end"):
             assert s[key] is None or (isinstance(s[key], int) and s[key] >= 1)
-        assert (s["page"] is None) != (s["line_start"] is None)
+        assert (s["page_start"] is None) != (s["line_start"] is None)
         assert s["score"] is None or (isinstance(s["score"], float) and s["score"] > 0)
     assert any(TEXT_FACT in s["text"] for s in out["sources"])
     assert set(out["timings"]) == {"retrieve_s", "prefill_s", "first_token_s", "total_s", "progress_s"}

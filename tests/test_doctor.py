@@ -66,7 +66,7 @@ def test_a_document_removed_during_an_answer_leaves_no_blocks(shared_store, seco
         if ask.poll() is None:
             ask.kill()
     assert ask.returncode == 0, err
-    assert json.loads(out)["answer"].strip()
+    assert json.loads(out)["text"].strip()
     with Store.open_existing(store) as st:
         assert st.kv_garbage() == (0, 0)  # the old code left the blocks written after `rm` (3.99 MB in the issue)
     result = invoke("doctor", "--quick", "--store", store)

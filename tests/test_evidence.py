@@ -7,6 +7,7 @@ import json
 import pytest
 from conftest import PDF_FACT, PDF_FACT_PAGE, PDF_QUESTION, TEXT_FACT, TEXT_FACT_LINE, workspace_for
 
+from episodic_cli.api import answer_of
 from episodic_cli.engine.ask_options import AskOptions
 from episodic_cli.engine.retrieval import evidence as E
 from episodic_cli.engine.retrieval.retrieve import RetrievedEvent
@@ -107,7 +108,7 @@ def _check_quotes(payload: dict, store_dir) -> None:
         for e in payload["evidence"]:
             event = st.get_events([e["event_id"]])[0]
             assert e["quote"] and e["quote"] in event.text  # an exact substring of the stored event text
-            assert set(e) >= {"event_id", "document", "page", "line_start", "line_end", "quote"}
+            assert set(e) >= {"event_id", "document", "page_start", "line_start", "line_end", "quote"}
 
 
 def test_ask_json_has_evidence_that_are_exact_substrings(shared_ask, shared_store):
@@ -136,11 +137,11 @@ def test_narrowed_answer_reads_the_fact_sentence_and_quotes_its_page(engine, sha
         read = [result.retrieved[i].event.text[a:b] for i, spans in result.focus for a, b in spans]
         assert any(PDF_FACT in q for q in read)
         assert result.answer.prompt_tokens < 200  # a few sentences, not the retrieved events
-        payload = result.as_json()
+        payload = answer_of(result).as_json()
         _check_quotes(payload, shared_store.store_dir)
         for e in payload["evidence"]:
             if PDF_FACT in e["quote"]:
-                assert e["page"] == PDF_FACT_PAGE
+                assert e["page_start"] == PDF_FACT_PAGE
         assert payload["supported"] == result.supported()
     ws.close()
 
@@ -151,7 +152,7 @@ def test_an_empty_answer_has_no_quotes_and_is_not_supported():
 
     result = AskResult("Where did Orla Venn hide the brass key?", "kv", [_retrieved(PROSE, line=1)], Answer())
     assert result.support().evidence == [] and not result.support().supported
-    assert result.as_json()["evidence"] == [] and result.as_json()["supported"] is False
+    assert answer_of(result).as_json()["evidence"] == [] and answer_of(result).supported is False
 
 
 def test_an_answer_of_several_sentences_is_supported_by_half_of_its_sentences():
@@ -162,13 +163,13 @@ def test_an_answer_of_several_sentences_is_supported_by_half_of_its_sentences():
     result.answer.text = ("Orla Venn hid the brass key under the ninth step. The mayor of Dunmore sold it for gold "
                           "coins. Three sailors later drowned near the lighthouse.")
     assert [s.supported for s in result.sentence_support()] == [True, False, False]
-    assert result.supported() is False and result.as_json()["supported"] is False
+    assert result.supported() is False and answer_of(result).supported is False
     # one sentence of two holds: supported, though the quotes hold few of the answer's words
     result.answer.text = ("Orla Venn hid the brass key under the ninth step. The mayor of Dunmore later sold the brass "
                           "key for forty gold coins to three drowned sailors.")
     assert [s.supported for s in result.sentence_support()] == [True, False]
     assert result.support().supported is False
-    assert result.supported() is True and result.as_json()["supported"] is True
+    assert result.supported() is True and answer_of(result).supported is True
 
 
 def test_a_result_checked_after_its_workspace_closed_does_not_load_the_model(tmp_path):
@@ -184,12 +185,12 @@ def test_a_result_checked_after_its_workspace_closed_does_not_load_the_model(tmp
     result = AskResult("Where did Orla Venn hide the brass key?", "kv", [_retrieved(PROSE, line=1)], Answer(),
                        check_claim=partial(ws._check_claim, asked_at))
     result.answer.text = "Orla Venn hid the brass key under the ninth step. Nobody saw her do it."
-    sentences = result.sentence_support()
+    sentences = result.verify()
     assert "model" not in ws.__dict__ and ws._claim_checker is None
     assert len(warned) == 1 and "not checked" in warned[0]
     # the sentences keep their quotes, and say that the model did not read them
     assert [(s.supported, s.checked) for s in sentences] == [(True, False), (True, False)]
-    assert [s["checked"] for s in result.as_json()["sentences"]] == [False, False]
+    assert [s["checked"] for s in answer_of(result).as_json()["sentences"]] == [False, False]
 
 
 # -- sentences that hold (issue 27 item 4) ------------------------------------------------------------------------

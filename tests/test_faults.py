@@ -361,7 +361,7 @@ def test_a_question_of_2000_emoji_is_answered_from_the_sources_that_fit_beside_i
     result = invoke("ask", question, "--store", shared_store.store_dir, "--json")
     assert result.exit_code == 0, result.output
     answer = json.loads(result.stdout)
-    assert answer["mode"] == "kv" and answer["sources"] and answer["answer"].strip()
+    assert answer["mode"] == "kv" and answer["sources"] and answer["text"].strip()
     room = ANSWER_CONTEXT - ANSWER_TOKENS - (3 * MAX_QUESTION_CHARS + PROMPT_OVERHEAD)
     assert 0 < answer["retrieved_tokens"] <= room
 

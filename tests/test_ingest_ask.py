@@ -102,10 +102,10 @@ def test_ask_json_cites_the_text_fact(shared_store, shared_ask):
     cited = [s for s in out["sources"] if TEXT_FACT in s["text"]]
     assert cited, out["sources"]
     assert cited[0]["document"] == str(shared_store.text)
-    assert cited[0]["page"] is None
+    assert cited[0]["page_start"] is None
     assert cited[0]["line_start"] <= TEXT_FACT_LINE <= cited[0]["line_end"]
     assert cited[0]["score"] is not None
-    assert isinstance(out["answer"], str) and out["answer"].strip()
+    assert isinstance(out["text"], str) and out["text"].strip()
 
 
 def test_events_tile_each_document_and_never_span_two(shared_store):

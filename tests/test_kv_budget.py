@@ -79,7 +79,7 @@ def test_a_budget_lowered_while_an_answer_prepares_blocks_holds_from_the_next_bl
             ask.kill()
     assert ask.returncode == 0, err
     answer = json.loads(out)
-    assert answer["mode"] == "kv" and answer["answer"].strip() and answer["kv_prefilled_tokens"] > 0
+    assert answer["mode"] == "kv" and answer["text"].strip() and answer["kv_prefilled_tokens"] > 0
     after = [b for t, b in samples if t > lowered_at]
     assert after and max(after) <= budget, (max(after), budget)
     assert tier_bytes(store) <= budget

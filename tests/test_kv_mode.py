@@ -48,7 +48,7 @@ def test_text_mode_still_answers_from_text(shared_store, monkeypatch):
     result = ask_json(shared_store.store_dir, "--mode", "text")
     assert result.exit_code == 0, result.stderr
     out = json.loads(result.stdout)
-    assert out["mode"] == "text" and out["answer"]
+    assert out["mode"] == "text" and out["text"]
 
 
 def test_kv_and_text_mode_use_the_same_sources(shared_store, shared_ask, monkeypatch):
@@ -56,7 +56,7 @@ def test_kv_and_text_mode_use_the_same_sources(shared_store, shared_ask, monkeyp
     text = json.loads(ask_json(shared_store.store_dir, "--mode", "text").stdout)
     kv = json.loads(shared_ask.stdout)
     assert [s["event_id"] for s in kv["sources"]] == [s["event_id"] for s in text["sources"]]
-    assert kv["mode"] == "kv" and kv["answer"]
+    assert kv["mode"] == "kv" and kv["text"]
 
 
 def test_damaged_blocks_are_prepared_from_text_with_a_warning_which_repairs_them(shared_store, tmp_path, monkeypatch):
@@ -72,7 +72,7 @@ def test_damaged_blocks_are_prepared_from_text_with_a_warning_which_repairs_them
     assert "warning:" in result.stderr and "preparing it again from the text" in result.stderr
     assert "Traceback" not in result.stderr
     out = json.loads(result.stdout)
-    assert out["mode"] == "kv" and out["answer"] and out["sources"]
+    assert out["mode"] == "kv" and out["text"] and out["sources"]
     assert out["kv_loaded_tokens"] == 0 and out["kv_prefilled_tokens"] > 0
     assert 0 < out["timings"]["progress_s"] <= out["timings"]["prefill_s"]  # shown before the preparing starts
     again = ask_json(store_dir)  # the damaged block was rebuilt from the text: it loads now, with no warning

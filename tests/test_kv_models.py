@@ -53,17 +53,17 @@ def test_a_second_model_answers_without_reingest_materialising_blocks_on_first_u
     assert bundled["kv_prefilled_tokens"] == 0 and bundled["kv_loaded_tokens"] == bundled["retrieved_tokens"]
 
     first = ask(store_dir, "--model", str(second_model))
-    assert first["mode"] == "kv" and first["answer"]
+    assert first["mode"] == "kv" and first["text"]
     assert first["kv_loaded_tokens"] == 0 and first["kv_prefilled_tokens"] > 0  # cold: prepared from text
     second = ask(store_dir, "--model", str(second_model))
     assert second["kv_prefilled_tokens"] == 0 and second["kv_loaded_tokens"] == first["kv_prefilled_tokens"]
     assert [s["event_id"] for s in second["sources"]] == [s["event_id"] for s in bundled["sources"]]
-    assert second["answer"].strip()
+    assert second["text"].strip()
 
     tiers = ls(store_dir)["kv_tiers"]
     assert len(tiers) == 2 and ls(store_dir)["kv_used_bytes"] == sum(t["kv_used_bytes"] for t in tiers)
     again = ask(store_dir)  # the store with two tiers answers with either model, each from its own blocks
-    assert again["kv_prefilled_tokens"] == 0 and again["answer"] == bundled["answer"]
+    assert again["kv_prefilled_tokens"] == 0 and again["text"] == bundled["text"]
 
 
 def test_a_model_with_another_tokenizer_answers_from_the_same_archive(shared_store, tmp_path, monkeypatch):
@@ -143,7 +143,7 @@ def test_ingest_under_a_5mb_budget_never_holds_more_than_5mb_of_blocks(tmp_path,
     assert 0 < peak[0] <= 5_000_000
     assert ls(store_dir)["kv_used_bytes"] <= 5_000_000 and ls(store_dir)["kv_budget_bytes"] == 5_000_000
     out = ask(store_dir, "-k", "2")  # questions still answer: blocks that are kept load, the others are prepared
-    assert out["mode"] == "kv" and out["answer"] and out["kv_loaded_tokens"] + out["kv_prefilled_tokens"] > 0
+    assert out["mode"] == "kv" and out["text"] and out["kv_loaded_tokens"] + out["kv_prefilled_tokens"] > 0
     assert sum(p.stat().st_size for p in tier_block_paths(store_dir)) <= 5_000_000
 
 

@@ -110,11 +110,13 @@ async def check_ask(s: ClientSession, shared_store) -> None:
     assert answer["evidence"], answer
     for quote in answer["evidence"]:
         source = next(src for src in answer["sources"] if src["event_id"] == quote["event_id"])
-        assert quote["quote"] in " ".join(source["text"].split()) and quote["citation"]
+        assert quote["quote"] in source["text"] and quote["citation"]  # the source's text exactly, its line breaks too
     text = result.content[0].text
     assert text.startswith(answer["text"]) and "Sources:" in text
     assert f"{cited[0]['citation']} · event {cited[0]['event_id']}" in text
-    assert any(f"“{q['quote']}” ({q['citation']}, event {q['event_id']})" in text for q in answer["evidence"])
+    # the text a model reads squashes a quote's whitespace onto one line
+    assert any(f"“{' '.join(q['quote'].split())}” ({q['citation']}, event {q['event_id']})" in text
+               for q in answer["evidence"])
     # streamed: what the answer reads first, then its text growing through progress notifications to the answer
     status = [m for _, m in progress if m.startswith("epi: ")]
     streamed = [m for _, m in progress if not m.startswith("epi: ")]

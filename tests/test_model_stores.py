@@ -128,7 +128,7 @@ def test_an_ollama_name_answers_from_blocks(shared_store, tmp_path, monkeypatch)
                                  "qwen2.5-coder:1.5b", "-k", "1", "--neighbours", "0", "--json"])
     assert result.exit_code == 0, result.output
     answer = json.loads(result.stdout)
-    assert answer["mode"] == "kv" and answer["answer"].strip()
+    assert answer["mode"] == "kv" and answer["text"].strip()
     assert blob.is_symlink() and not any(p.name.endswith(".tmp") for p in root.rglob("*"))
 
 

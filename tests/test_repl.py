@@ -96,8 +96,7 @@ class _Chat:
                 raise KeyboardInterrupt  # Ctrl-C part-way through the answer
 
         result = SimpleNamespace(scope=None, search=None, reading=None, left_cold=[], cold_passages=[], retrieved=[],
-                                 kind=None, sentence_support=lambda: [],
-                                 support=lambda: SimpleNamespace(supported=False, evidence=[]))
+                                 kind=None, verify=lambda: [])
         return result, stream()
 
 
@@ -112,6 +111,8 @@ def test_chat_survives_ctrl_c_anywhere_in_a_turn_and_bad_commands(tmp_path, monk
             raise EOFError from None
 
     monkeypatch.setattr(repl, "line_reader", lambda: read_line)
+    # the chat renders the public record of each answer; this fake one has no quotes
+    monkeypatch.setattr(repl, "answer_of", lambda result: SimpleNamespace(sentences=[], supported=False, evidence=[]))
     chat = _Chat(tmp_path)
     repl.run_repl(chat, chat, AskOptions(k=5))  # returns at the end of input: no traceback, no exit
     captured = capsys.readouterr()

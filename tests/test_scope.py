@@ -235,7 +235,7 @@ def test_doc_globs_filter_documents(scoped_store):
         for globs in (["util.py"], ["*.py"], [str(root / "util.py")]):
             got = ws.retrieve(st, "What did Mara give Tobias?", k=3, docs=globs)
             assert got and all(r.document.display_path.endswith("util.py") for r in got), globs
-            # --json's scope.restricted_to names what --doc left, as it names a file the question names
+            # --json's scope names what --doc left, as it names a file the question names
             assert ws.scope(st, "What did Mara give Tobias?", globs).described.endswith("util.py"), globs
         with pytest.raises(EpiError, match="matches no document"):
             ws.retrieve(st, "What did Mara give Tobias?", k=3, docs=["nothing-*.pdf"])

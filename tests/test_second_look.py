@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from conftest import TEXT_QUESTION, workspace_for
 
+from episodic_cli.api import answer_of
 from episodic_cli.engine.answer.records import SecondLook
 from episodic_cli.engine.ask_options import AskOptions
 from episodic_cli.engine.budgets import SECOND_LOOK_TOKENS
@@ -31,8 +32,8 @@ def test_an_unsupported_answer_is_read_again_from_the_best_passages(engine, shar
         # read again: the passages (within SECOND_LOOK_TOKENS) in place of the ~2k tokens of whole blocks
         assert again.prompt_tokens < first.prompt_tokens
         assert again.kv_loaded_tokens < first.kv_loaded_tokens
-        assert result.as_json()["first_answer"] == first.text.strip()
-        assert result.as_json()["answer"] == again.text.strip()
+        assert answer_of(result).first_answer == first.text.strip()
+        assert answer_of(result).text == again.text.strip()
         # the question's timings: its first token the first answer's, its end the second's
         assert again.timings.first_token_s == first.timings.first_token_s < first.timings.total_s < again.timings.total_s
         assert sum(r.n_tokens for r in result.retrieved) > SECOND_LOOK_TOKENS  # so the passages are a choice

@@ -184,7 +184,7 @@ def test_an_index_with_a_broken_link_answers_instead_of_crashing(shared_store, t
                             "--json", "-k", "3"], capture_output=True, text=True, env=env, timeout=600)
     assert asked.returncode == 0, (asked.returncode, asked.stderr[-2000:])  # was -11 (SIGSEGV)
     got = json.loads(asked.stdout)
-    assert got["answer"].strip() and got["sources"]
+    assert got["text"].strip() and got["sources"]
     assert (store / "index.hnsw.crc32").is_file()  # rebuilt from SQLite and saved with its sum
 
 
@@ -242,7 +242,7 @@ def test_an_event_whose_text_was_altered_in_place_is_named_and_ingesting_its_doc
     assert len(warned) == 1 and warned[0].startswith("warning: left out of this answer: "), asked.stderr
     assert all(n in warned[0] for n in (*named, "epi doctor")), warned[0]
     got = json.loads(asked.stdout)
-    assert got["answer"].strip() and got["sources"]
+    assert got["text"].strip() and got["sources"]
     assert event.id not in {s["event_id"] for s in got["sources"]}
     result = invoke("doctor", "--quick", "--store", store)
     out = flat(result.stdout)

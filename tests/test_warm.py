@@ -33,15 +33,14 @@ def test_a_cold_question_reads_its_best_hit_and_names_what_it_left_out(shared_st
                                                                       monkeypatch):
     store_dir = copy_of(shared_store, tmp_path, monkeypatch)
     everything = json.loads(ask(store_dir, "--json").stdout)  # the bundled model: every block is there
-    assert everything["left_cold"] == {"events": [], "tokens": 0, "read_as_sentences": []}
+    assert (everything["left_out"], everything["left_out_tokens"], everything["read_as_sentences"]) == ([], 0, [])
     assert len(everything["sources"]) > 2
 
     hurried = ask(store_dir, "--model", str(second_model), "--cold-seconds", "0.01", "--json")
     assert hurried.exit_code == 0, hurried.stderr
     out = json.loads(hurried.stdout)
     assert len(out["sources"]) == 1 and out["sources"][0]["event_id"] == everything["sources"][-1]["event_id"]
-    left = out["left_cold"]
-    assert len(left["events"]) == len(everything["sources"]) - 1 and left["tokens"] > 0
+    assert len(out["left_out"]) == len(everything["sources"]) - 1 and out["left_out_tokens"] > 0
     assert out["kv_prefilled_tokens"] > 0 and out["kv_loaded_tokens"] == 0
 
     shown = ask(store_dir, "--model", str(second_model), "--cold-seconds", "0.01")
@@ -50,7 +49,7 @@ def test_a_cold_question_reads_its_best_hit_and_names_what_it_left_out(shared_st
     assert f"left out {len(everything['sources']) - 1}" in shown.stderr and "epi warm" in shown.stderr
 
     patient = json.loads(ask(store_dir, "--model", str(second_model), "--cold-seconds", "0", "--json").stdout)
-    assert patient["left_cold"]["events"] == [] and len(patient["sources"]) == len(everything["sources"])
+    assert patient["left_out"] == [] and len(patient["sources"]) == len(everything["sources"])
 
 
 def test_warm_prepares_every_block_and_a_rerun_has_nothing_left(shared_store, second_model, tmp_path, monkeypatch):
@@ -61,7 +60,7 @@ def test_warm_prepares_every_block_and_a_rerun_has_nothing_left(shared_store, se
     n_events = json.loads(runner.invoke(app, ["ls", "--store", str(store_dir), "--json"]).stdout)["n_events"]
     assert result["events_to_do"] == n_events == result["events_kept"] and result["stopped"] is None
     after = json.loads(ask(store_dir, "--model", str(second_model), "--cold-seconds", "0.01", "--json").stdout)
-    assert after["kv_prefilled_tokens"] == 0 and after["left_cold"]["events"] == []  # every block loads
+    assert after["kv_prefilled_tokens"] == 0 and after["left_out"] == []  # every block loads
     assert after["kv_loaded_tokens"] == after["retrieved_tokens"]
     again = runner.invoke(app, ["warm", "--store", str(store_dir), "--model", str(second_model)])
     assert again.exit_code == 0 and "every event already has its KV block" in again.stderr

@@ -67,7 +67,7 @@ def test_a_chapter_question_reads_the_whole_chapter_in_order(book_store):
     want = _chapter_events(store, 2)
     assert len(want) >= 2
     assert [s["event_id"] for s in answer["sources"]] == want  # all of it, in document order, nothing else
-    assert answer["read"].startswith("read all of ch. 2") and "tokens" in answer["read"]
+    assert answer["reading"].startswith("read all of ch. 2") and "tokens" in answer["reading"]
     assert all(set(s) >= {"sentence", "supported", "quotes"} for s in answer["sentences"])
 
 
@@ -159,7 +159,7 @@ def test_a_lookup_still_reads_a_few_events(book_store):
     store, _ = book_store
     result = runner.invoke(app, ["ask", "Which brother did Oskar Brandt betray?", "--store", str(store), "--json"])
     answer = json.loads(result.stdout)
-    assert answer["kind"] == "lookup" and answer["read"] is None
+    assert answer["kind"] == "lookup" and answer["reading"] is None
 
 
 def test_continue_follows_up_the_last_answer(book_store, tmp_path):
@@ -195,8 +195,8 @@ def test_a_document_named_as_a_whole_is_searched_with_its_opening_first(book_sto
     assert [r.event.id for r in result.retrieved] == [events[0].id]
     whole = json.loads(runner.invoke(app, ["ask", "What is river-book about?", "--read", "whole", "--store",
                                            str(store), "--json"]).stdout)
-    assert whole["kind"] == "whole" and whole["read"].startswith("read all of ")
-    assert whole["read"].split(",")[0].endswith("river-book.txt")
+    assert whole["kind"] == "whole" and whole["reading"].startswith("read all of ")
+    assert whole["reading"].split(",")[0].endswith("river-book.txt")
     assert [s["event_id"] for s in whole["sources"]] == [e.id for e in events]
 
 
@@ -230,14 +230,14 @@ def test_the_map_is_written_once_read_by_overview_questions_and_removed_with_its
     result = runner.invoke(app, ["ask", "What is this book about?", "--store", str(store), "--json"])
     assert result.exit_code == 0, result.output
     answer = json.loads(result.stdout)
-    assert answer["kind"] == "overview" and answer["read"].startswith("read ")
+    assert answer["kind"] == "overview" and answer["reading"].startswith("read ")
     assert answer["sources"] and all(s["summary_of"] for s in answer["sources"])
     shown = runner.invoke(app, ["ask", "What is this book about?", "--store", str(store)])
     assert "summary of" in shown.stdout
     named = json.loads(runner.invoke(app, ["ask", "Tell me about river-book", "--read", "overview", "--store",
                                            str(store), "--json"]).stdout)
-    assert named["kind"] == "overview" and named["read"].startswith("read ")
-    assert "of the map of " in named["read"] and "and the opening of " in named["read"]
+    assert named["kind"] == "overview" and named["reading"].startswith("read ")
+    assert "of the map of " in named["reading"] and "and the opening of " in named["reading"]
     assert named["sources"][0]["summary_of"] and not named["sources"][-1]["summary_of"]  # the opening, last
 
     assert runner.invoke(app, ["rm", str(book), "--store", str(store)]).exit_code == 0
@@ -265,7 +265,7 @@ def test_each_section_of_a_chapter_is_answered_from_its_sections_summaries(manua
     ask = ["ask", 'What does each section of the "Harbour rules" chapter cover?', "--store", str(manual_store),
            "--json"]
     before = json.loads(runner.invoke(app, ask).stdout)
-    assert before["read"].startswith("read all of ")  # no map yet: the chapter is read whole
+    assert before["reading"].startswith("read all of ")  # no map yet: the chapter is read whole
 
     result = runner.invoke(app, ["map", "--store", str(manual_store), "--json"])
     assert result.exit_code == 0, result.output
@@ -281,7 +281,7 @@ def test_each_section_of_a_chapter_is_answered_from_its_sections_summaries(manua
     assert (document.first_ordinal, document.last_ordinal) == (events[0].ordinal, events[-1].ordinal)
 
     answer = json.loads(runner.invoke(app, ask).stdout)
-    assert answer["kind"] == "whole" and answer["read"].startswith(f"read {len(MANUAL_SECTIONS)} section summaries")
+    assert answer["kind"] == "whole" and answer["reading"].startswith(f"read {len(MANUAL_SECTIONS)} section summaries")
     cited = [s["summary_of"] for s in answer["sources"] if s["summary_of"]]
     assert cited[0] == '§1 "Harbour rules"'  # the chapter's own summary first, then its sections in order
     assert cited[1:] == [f'§1 "Harbour rules", §{n} "{t}"' for n, t in MANUAL_SECTIONS.items()]

@@ -26,7 +26,6 @@ from .budgets import (ANSWER_CONTEXT, ANSWER_TOKENS, EVERY_PART_ANSWER_TOKENS, E
                       NAMED_OPENING_TOKENS, NAMED_WHOLE_READ, NOTE_TOKENS, NOTES_CHUNK_TOKENS, OVERVIEW_CHARS,
                       PASSAGE_RANKING, PROMPT_OVERHEAD, QUESTION_ROOM, RELINK_TOKENS, SECOND_LOOK_TOKENS,
                       SUMMARY_TOKENS, WARM_RUN_TOKENS, WHOLE_ANSWER_TOKENS, WHOLE_CONTEXT)
-from .documents.structure import describe as describe_section
 from .embed.embedder import EMBED_DIM, EMBEDDER_NAME, KNOWN_NAMES, Embedder
 from .embed.reembed import ReembedProgress, reembed
 from .errors import EpiError
@@ -91,13 +90,14 @@ class AskResult:
     # again from the passages that match the question best (Workspace._second_look)
     first_answer: Answer | None = None
 
-    def sentence_support(self) -> list[SentenceSupport]:
-        """Each sentence of the answer with the quote that supports it, or none (computed once complete); with
-        `check_claim`, in an answer of several sentences (one sentence is shown with support() instead), a sentence
-        whose quotes the answer model doubts state it is not supported (the first MAX_CHECKED sentences with quotes:
-        about a second each on 2 cores)."""
+    def verify(self) -> list[SentenceSupport]:
+        """Check the answer's quotes with the answer model: with `check_claim`, in an answer of several sentences
+        (one sentence is shown with support() instead), a sentence whose quotes the answer model doubts state it is
+        not supported (the first MAX_CHECKED sentences with quotes: about a second each on 2 cores). The one step of
+        a result that runs the model, so a face asks for it before it renders or serialises the answer; what it
+        found is what sentence_support() returns from then on (computed once per answer text)."""
         text = self.answer.text.strip()
-        cached = self.__dict__.get("_sentences")
+        cached = self.__dict__.get("_verified")
         if cached is None or cached[1] != text:
             found = list(self._sentences_by_words())
             if self.check_claim is not None and len(found) > 1:
@@ -113,12 +113,24 @@ class AskResult:
                     else:
                         found[n] = replace(s, checked=True, supported=p_stated >= STATED_AT,
                                            doubted=p_stated < STATED_AT)
-            cached = self.__dict__["_sentences"] = (found, text)
+            cached = self.__dict__["_verified"] = (found, text)
         return cached[0]
+
+    def sentence_support(self) -> list[SentenceSupport]:
+        """Each sentence of the answer with the quote that supports it, or none, as verify() judged them; before
+        verify() (or once the answer's text changed), by shared words alone, and a sentence the model's check
+        would read is marked `checked=False`: that check applied and has not run. Never runs the model."""
+        verified = self.__dict__.get("_verified")
+        if verified is not None and verified[1] == self.answer.text.strip():
+            return verified[0]
+        found = self._sentences_by_words()
+        if self.check_claim is None or len(found) <= 1:
+            return found
+        return [replace(s, checked=False) if s.supported and s.evidence else s for s in found]
 
     def _sentences_by_words(self) -> list[SentenceSupport]:
         """Each sentence of the answer with its quote, judged by shared words (and meaning) alone: computed once per
-        answer text, for the second look's check and then for sentence_support's."""
+        answer text, for the second look's check and then for verify's."""
         text = self.answer.text.strip()
         cached = self.__dict__.get("_by_words")
         if cached is None or cached[1] != text:
@@ -149,55 +161,6 @@ class AskResult:
         if len(sentences) > 1:
             return 2 * sum(s.supported for s in sentences) >= len(sentences)
         return self.support().supported
-
-    def evidence_json(self) -> list[dict]:
-        return [{"event_id": self.retrieved[e.index].event.id, "document": self.retrieved[e.index].document.display_path,
-                 "page": e.page, "page_end": e.page_end, "line_start": e.line_start, "line_end": e.line_end,
-                 "quote": e.quote} for e in self.support().evidence]
-
-    def as_json(self) -> dict:
-        return {
-            "answer": self.answer.text.strip(),
-            # the evidence span the answer starts with (a question asking for a fact; null: the model's own words)
-            "short_answer": self.answer.short,
-            "mode": self.mode,
-            "sources": [
-                {"document": r.document.display_path, "summary_of": None if r.summary is None else r.summary.label,
-                 "page": r.event.page_start, "page_end": r.event.page_end,
-                 "line_start": r.event.line_start, "line_end": r.event.line_end,
-                 "section": describe_section(r.section), "event_id": r.event.id,
-                 "score": None if r.score is None else round(r.score, 6), "text": r.event.text}
-                for r in self.retrieved
-            ],
-            "scope": None if self.scope is None else {"restricted_to": self.scope.described,
-                                                      "notes": self.scope.notes},
-            "kind": self.kind.value,
-            "read": self.reading,
-            "search": self.search,
-            # each sentence of the answer with its supporting quote (null: none found)
-            "sentences": [s.as_json(self.retrieved) for s in self.sentence_support()],
-            "retrieved_tokens": sum(r.n_tokens for r in self.retrieved),
-            # kv mode: how many retrieved tokens came from stored blocks and how many were prefilled from text
-            "kv_loaded_tokens": self.answer.kv_loaded_tokens if self.mode == "kv" else None,
-            "kv_prefilled_tokens": self.answer.kv_prefilled_tokens if self.mode == "kv" else None,
-            "kv_relinked_tokens": self.answer.kv_relinked_tokens if self.mode == "kv" else None,
-            "timings": self.answer.timings.as_json(),
-            # the sentences of the sources that hold the answer's own words; supported: see supported()
-            "evidence": self.evidence_json(),
-            "supported": self.supported(),
-            # the answer set aside because no sentence of the sources held its words (null: none was); "answer" is
-            # then the one read again from the best passages
-            "first_answer": None if self.first_answer is None else self.first_answer.text.strip(),
-            # the answer read only the sentences that match the question best (false: the retrieved events whole)
-            "narrowed": bool(self.focus),
-            # --layered: the pool loaded and, per layer, how many of its blocks that layer's query selected
-            "layered": self.answer.layered.as_json() if self.answer.layered is not None else None,
-            # retrieved, but left out: no block for this model yet, and too long to read from text now
-            "left_cold": {"events": [r.event.id for r in self.left_cold],
-                          "tokens": sum(r.n_tokens for r in self.left_cold),
-                          "read_as_sentences": [r.event.id for r in self.cold_passages]},
-        }
-
 
 
 def _warm_runs(events: list[RetrievedEvent | None]) -> list[list[RetrievedEvent]]:

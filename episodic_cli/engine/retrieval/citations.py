@@ -22,15 +22,23 @@ def citation(r: RetrievedEvent, structure: bool = True) -> str:
     head = printable(r.document.display_path)
     if r.summary is not None:
         return summary_citation(r)
-    place = describe_section(r.section) if structure else None
-    if place:
-        head = f"{head}, {place}"
-    if ev.page_start is not None:
-        pages = f"p. {ev.page_start}" if ev.page_start == ev.page_end else f"pp. {ev.page_start}-{ev.page_end}"
-        return f"{head}, {pages}"
-    if ev.line_start is not None:
-        return f"{head}, {place_words(r.document.kind, ev.line_start, ev.line_end)}"
-    return head
+    part = describe_section(r.section) if structure else None
+    if part:
+        head = f"{head}, {part}"
+    where = place(r.document.kind, ev.page_start, ev.page_end, ev.line_start, ev.line_end)
+    return f"{head}, {where}" if where else head
+
+
+def place(kind: str, page_start: int | None, page_end: int | None = None, line_start: int | None = None,
+          line_end: int | None = None) -> str:
+    """Where a passage is, as every citation writes it: "p. 3", "pp. 3-5", "lines 3-9", "¶ 12" (pages first; "" when
+    neither is known). The one place this text is built, so `epi ask`, the API and `epi mcp` cite alike."""
+    if page_start is not None:
+        last = page_start if page_end is None else page_end
+        return f"p. {page_start}" if last == page_start else f"pp. {page_start}-{last}"
+    if line_start is not None:
+        return place_words(kind, line_start, line_end)
+    return ""
 
 
 def place_words(kind: str, first: int, last: int | None) -> str:
@@ -44,12 +52,7 @@ def place_words(kind: str, first: int, last: int | None) -> str:
 def summary_citation(r: RetrievedEvent) -> str:
     """`book.pdf, summary of ch. 3 "The Betrayal" (pp. 41-55)`: a map summary names what it covers."""
     s = r.summary
-    span = ""
-    if s.page_start is not None:
-        last = s.page_end or s.page_start
-        span = f"p. {s.page_start}" if s.page_start == last else f"pp. {s.page_start}-{last}"
-    elif s.line_start is not None:
-        span = place_words(r.document.kind, s.line_start, s.line_end)
+    span = place(r.document.kind, s.page_start, s.page_end, s.line_start, s.line_end)
     what = "summary of " + (s.label if s.level != "document" else "the whole document")
     head = printable(r.document.display_path) if s.level != "collection" else printable(s.label)
     if s.level == "collection":

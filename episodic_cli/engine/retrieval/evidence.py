@@ -381,12 +381,6 @@ class SentenceSupport:
     # sentences checked), so `supported` there rests on the words alone
     checked: bool | None = None
 
-    def as_json(self, retrieved: list[RetrievedEvent]) -> dict:
-        return {"sentence": self.sentence, "supported": self.supported, "coverage": self.coverage,
-                "doubted": self.doubted, "checked": self.checked,
-                "quotes": [{"event_id": retrieved[e.index].event.id, "quote": e.quote, "page": e.page,
-                            "line_start": e.line_start, "line_end": e.line_end} for e in self.evidence]}
-
 
 def support_by_sentence(question: str, answer: str, retrieved: list[RetrievedEvent], max_quotes: int = 2,
                         embed=None) -> list[SentenceSupport]:

@@ -28,7 +28,7 @@ from ..errors import EpiError
 from ..documents.sources import BLOCK_EXTS, CODE_EXTS, PDF_EXT, TEXT_EXTS
 from ..documents.structure import (CODE_KINDS, NUMBER_ALT, ORDINAL_WORDS, all_paths, decode, describe_node,
                                    number_value)
-from .citations import printable
+from .citations import place, printable
 
 _ORDINALS = "|".join(ORDINAL_WORDS[1:]) + r"|\d{1,3}(?:st|nd|rd|th)"
 # The roman numeral I followed by a lower-case word is the pronoun ("which chapter I should read", "the book I
@@ -333,7 +333,7 @@ def resolve(store: Store, scope: Scope, doc_globs: list[str] | None = None) -> R
         ids = {row[0] for row in places if row[3] is not None and row[3] <= b and (row[4] or row[3]) >= a}
         if ids:
             pages |= ids
-            labels.append(f"p. {a}" if a == b else f"pp. {a}-{b}")
+            labels.append(place("", a, b))
         else:
             missing.append(f"page {a if a == b else f'{a}-{b}'}")
     if pages:
