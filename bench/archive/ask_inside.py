@@ -10,7 +10,7 @@ Each question's rows say where the archive's hits came from: a hit in another do
 "retrieval drowned by near-duplicates" looks like.
 
     python bench/archive/ask_inside.py --archive-store /work/epi-1m/store --stores /work/heldout-stores/lookup-q15 \
-        [--retrieval] [--only code-pluggy ...] [--out bench/results/archive-1m/ask-inside.json]
+        [--retrieval] [--only code-pluggy ...] [--out FILE.json]
 """
 from __future__ import annotations
 
