@@ -392,8 +392,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--surprise-at", choices=SURPRISE_AT, default=None,
                     help="where new stores measure surprise (default: epi ingest's; segment.SURPRISE_AT)")
     ap.add_argument("--tag", default=None, help="write bench/results/heldout-TAG.json and .md (docs/ untouched)")
-    ap.add_argument("--passage-ranking", choices=("on", "off"), default=None,
-                    help="rank the candidates by their best sentence too (default: epi's; budgets.PASSAGE_RANKING)")
     ap.add_argument("--second-look", choices=("on", "off"), default=None,
                     help="answer an unsupported lookup again from the best passages (default: epi ask's; "
                     "--no-second-look); each row keeps the answer set aside and its score")
@@ -401,10 +399,6 @@ def main(argv: list[str] | None = None) -> int:
     global BENCH_OPTIONS  # as epi ask answers, unless told otherwise
     BENCH_OPTIONS = replace(BENCH_OPTIONS, second_look=SECOND_LOOK if args.second_look is None
                             else args.second_look == "on")
-    if args.passage_ranking:
-        from episodic_cli.engine import workspace
-
-        workspace.PASSAGE_RANKING = args.passage_ranking == "on"
     if args.surprise_at:
         global SEGMENT
         SEGMENT = SegmentParams(surprise_at=args.surprise_at)

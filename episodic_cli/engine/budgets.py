@@ -60,9 +60,6 @@ OVERVIEW_CHARS = 4 * 6000
 # (docs/heldout.md, "A whole named by its name").
 NAMED_WHOLE_READ = "boost"
 NAMED_OPENING_TOKENS = 512
-# Rank the retrieval's candidates a third time, by their best sentence (retrieval/passage_rank.py); measured on
-# every lookup set (docs/heldout.md, "Candidates ranked by their best sentence").
-PASSAGE_RANKING = True
 # A lookup answered from whole blocks whose own words no sentence of the sources holds (evidence.support) is answered
 # again from the passages that match the question best, read as text, in at most SECOND_LOOK_TOKENS: what a cold
 # question reads in COLD_PREFILL_SECONDS at the bundled model's ~60 tokens/s on 2 cores, the room cold answers were

@@ -24,7 +24,7 @@ from .ask_options import AskOptions
 from .budgets import (ANSWER_CONTEXT, ANSWER_TOKENS, EVERY_PART_ANSWER_TOKENS, EVERY_PART_LINE_TOKENS,
                       EVIDENCE_BUDGET, LAYER_BUDGET, LAYERED_ANCHOR_TOKENS, LAYERED_POOL_K, MAX_POOL, MIN_SOURCE_ROOM,
                       NAMED_OPENING_TOKENS, NAMED_WHOLE_READ, NOTE_TOKENS, NOTES_CHUNK_TOKENS, OVERVIEW_CHARS,
-                      PASSAGE_RANKING, PROMPT_OVERHEAD, QUESTION_ROOM, RELINK_TOKENS, SECOND_LOOK_TOKENS,
+                      PROMPT_OVERHEAD, QUESTION_ROOM, RELINK_TOKENS, SECOND_LOOK_TOKENS,
                       SUMMARY_TOKENS, WARM_RUN_TOKENS, WHOLE_ANSWER_TOKENS, WHOLE_CONTEXT)
 from .embed.embedder import EMBED_DIM, EMBEDDER_NAME, KNOWN_NAMES, Embedder
 from .embed.reembed import ReembedProgress, reembed
@@ -443,9 +443,10 @@ class Workspace:
         if token_budget is None:
             token_budget = self.pool_tokens() if pool else min(EVIDENCE_BUDGET, self.room())
         damaged: list = []
+        # the candidates are ranked a third time by their best sentence (docs/heldout.md, "Candidates ranked by their
+        # best sentence")
         found = retrieve(store, query, text, k, neighbours, token_budget=token_budget, allowed=scope.allowed,
-                         boosted=scope.boosted, damaged=damaged,
-                         passage_ranking=partial(best_sentence_ranking, text) if PASSAGE_RANKING else None)
+                         boosted=scope.boosted, damaged=damaged, passage_ranking=partial(best_sentence_ranking, text))
         # A damaged event costs the answer that event, not the answer: it is named with what restores it.
         if damaged and not found:
             raise damaged[0]  # nothing left to answer from: the one-line error names the event and the remedy
