@@ -81,20 +81,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="kv: read from the stored blocks (the default when there are any); text: re-read the text "
                          "in one pass (every token sees what came before it in the part, at prefill's cost)")
     ap.add_argument("--qids", nargs="*", default=None, help="only these questions")
-    ap.add_argument("--named-read", choices=["map", "whole", "boost"], default=None,
-                    help="what a whole named by its name reads (the default's NAMED_WHOLE_READ when not given)")
     ap.add_argument("--named-opening", type=int, default=None,
                     help="tokens of a named whole's own opening read after its summaries (the default's "
                          "NAMED_OPENING_TOKENS when not given; 0: the summaries alone)")
     ap.add_argument("--tag", required=True)
     ap.add_argument("--threads", type=int, default=None)
     args = ap.parse_args(argv)
-    if args.named_opening is not None or args.named_read is not None:
+    if args.named_opening is not None:
         import episodic_cli.engine.workspace as workspace
-        if args.named_opening is not None:
-            workspace.NAMED_OPENING_TOKENS = args.named_opening
-        if args.named_read is not None:
-            workspace.NAMED_WHOLE_READ = args.named_read
+        workspace.NAMED_OPENING_TOKENS = args.named_opening
     kind = None if args.read == "auto" else QuestionKind.LOOKUP
     method = args.whole_method
     rows = []

@@ -53,12 +53,9 @@ SUMMARY_TOKENS = 200
 MAP_PART_TOKENS = 6000
 # An overview question reads at most this many characters of the map's summaries (about 4 characters a token).
 OVERVIEW_CHARS = 4 * 6000
-# A document or folder asked about by its name (retrieval/named_whole.py): what it reads. "boost" (the default):
-# found as any question is, within that document or folder, its own opening (its README's first events, up to
-# NAMED_OPENING_TOKENS) ranked first; "map": its summaries, then its opening; "whole": it itself from its blocks,
-# as far as the whole context holds. On three blind sets the map answered worst and "boost" no worse than before
-# (docs/heldout.md, "A whole named by its name").
-NAMED_WHOLE_READ = "boost"
+# A document or folder asked about by its name (retrieval/named_whole.py) is found as any question is, within that
+# document or folder, its own opening (its README's first events, up to this many tokens) ranked first: on three
+# blind sets no worse than before, where its map answered worst (docs/heldout.md, "A whole named by its name").
 NAMED_OPENING_TOKENS = 512
 # A lookup answered from whole blocks whose own words no sentence of the sources holds (evidence.support) is answered
 # again from the passages that match the question best, read as text, in at most SECOND_LOOK_TOKENS: what a cold

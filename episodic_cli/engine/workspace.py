@@ -23,7 +23,7 @@ from .answer.text_mode import TextModeAnswerer
 from .ask_options import AskOptions
 from .budgets import (ANSWER_CONTEXT, ANSWER_TOKENS, EVERY_PART_ANSWER_TOKENS, EVERY_PART_LINE_TOKENS,
                       EVIDENCE_BUDGET, LAYER_BUDGET, LAYERED_ANCHOR_TOKENS, LAYERED_POOL_K, MAX_POOL, MIN_SOURCE_ROOM,
-                      NAMED_OPENING_TOKENS, NAMED_WHOLE_READ, NOTE_TOKENS, NOTES_CHUNK_TOKENS, OVERVIEW_CHARS,
+                      NAMED_OPENING_TOKENS, NOTE_TOKENS, NOTES_CHUNK_TOKENS, OVERVIEW_CHARS,
                       PROMPT_OVERHEAD, QUESTION_ROOM, RELINK_TOKENS, SECOND_LOOK_TOKENS,
                       SUMMARY_TOKENS, WARM_RUN_TOKENS, WHOLE_ANSWER_TOKENS, WHOLE_CONTEXT)
 from .embed.embedder import EMBED_DIM, EMBEDDER_NAME, KNOWN_NAMES, Embedder
@@ -546,7 +546,7 @@ class Workspace:
         if kind in (None, QuestionKind.OVERVIEW, QuestionKind.WHOLE) \
                 and not (options.layered or options.epman or parsed.structural or scope.titled):
             named = named_whole(store, search, set(documents_matching(store, options.docs)) if options.docs else None)
-        if named is not None and kind is None and NAMED_WHOLE_READ == "boost":
+        if named is not None and kind is None:
             # found as before, within the named whole, its own opening ranked first. "The tenacity package" is the
             # folder named, not the files scope.py guesses from the word (its __init__.py)
             if parsed.files:
@@ -563,7 +563,7 @@ class Workspace:
         scope = self._one_document(store, search, scope)
         if kind is None:  # a model too small to gain from reading a part whole, or from the map, looks every one up
             kind = (QuestionKind.LOOKUP if options.layered or options.epman or not self.reads_whole_parts
-                    else QuestionKind.OVERVIEW if named is not None else classify(search, parsed, scope.titled))
+                    else classify(search, parsed, scope.titled))
         if kind is QuestionKind.WHOLE:
             found = None
             if asks_each_part(search):  # "each section of chapter 3": its sections' summaries, where the map has them
@@ -579,12 +579,8 @@ class Workspace:
                 self.warn("--read whole reads the part a question names, and this one names no chapter, section, "
                           "page, file or symbol found in the archive; answered from the best passages instead")
         elif kind is QuestionKind.OVERVIEW:
-            found = None
-            if named is not None and NAMED_WHOLE_READ == "whole":  # read it, not its summaries (a variant)
-                found = self._ask_named_whole(store, question, search, scope, named, options, history, started,
-                                              should_stop)
-            found = found or self._ask_overview(store, question, search, scope, options, history, started,
-                                                should_stop, named)
+            found = self._ask_overview(store, question, search, scope, options, history, started, should_stop,
+                                       named)
             if found is None and named is not None:  # no map of it yet: the named whole itself, as far as it fits
                 found = self._ask_named_whole(store, question, search, scope, named, options, history, started,
                                               should_stop)
