@@ -24,7 +24,6 @@ from episodic_cli.engine.workspace import Workspace
     ({"mode": "gpu"}, ["'gpu'", "use text or kv"]),
     ({"answer_tokens": 0}, ["token limit", "at least 1"]),
     ({"cold_seconds": -1.0}, ["--cold-seconds", "0 (no limit) or more"]),
-    ({"whole_method": "skim"}, ["'skim'", "use read or notes"]),
     ({"epman": True, "mode": "text"}, ["--epman", "kv mode"]),
     ({"layered": True, "mode": "text"}, ["--layered", "kv mode"]),
     ({"layered": True, "narrow": True}, ["--layered", "leave out --narrow"]),
@@ -45,7 +44,7 @@ def test_a_combination_that_cannot_run_is_refused_in_one_line(choices, needles):
     {"layered": True, "narrow": False, "mode": "kv"},
     {"layered": True, "kind": QuestionKind.LOOKUP},
     {"epman": True, "mode": "kv", "narrow": True},
-    {"mode": "text", "cold_seconds": None, "narrow": True, "kind": QuestionKind.WHOLE, "whole_method": "notes"},
+    {"mode": "text", "cold_seconds": None, "narrow": True, "kind": QuestionKind.WHOLE},
     {"cold_seconds": 0, "neighbours": 0, "k": 1, "answer_tokens": 1},
 ])
 def test_combinations_that_run_are_kept_as_given(choices):

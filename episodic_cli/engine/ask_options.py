@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .budgets import COLD_PREFILL_SECONDS, DEFAULT_K, LAYER_BUDGET, POOL_TOKENS_RANGE, SECOND_LOOK, WHOLE_METHOD
+from .budgets import COLD_PREFILL_SECONDS, DEFAULT_K, LAYER_BUDGET, POOL_TOKENS_RANGE, SECOND_LOOK
 from .errors import EpiError
 from .retrieval.question_kind import QuestionKind
 
 MODES = ("text", "kv")
-WHOLE_METHODS = ("read", "notes", "outline")
 
 
 @dataclass(frozen=True)
@@ -30,9 +29,7 @@ class AskOptions:
     larger pool (engine/answer/layered.py). `epman`: kv mode scales each block's V rows by its episodic weight in
     [0.9, 1.0]. `cold_seconds`: kv mode reading whole events prefills at most what this machine reads in that time of
     the events the answer model has no block for yet; the least relevant are left out (None or 0: no limit).
-    `kind`: how much to read (None: as the question asks, engine/retrieval/question_kind.py). `whole_method`: how a
-    part is read whole: "read" (at once), "notes" (in chunks, notes on each, then the answer: answer/notes.py) or
-    "outline" (at once, with a sentence from each stretch of it in the request: retrieval/outline.py).
+    `kind`: how much to read (None: as the question asks, engine/retrieval/question_kind.py).
     `answer_tokens`: the answer stops after at most this many tokens (None, or more than the path's own limit:
     ANSWER_TOKENS for a lookup, WHOLE_ANSWER_TOKENS for a part read whole or the map). `second_look`: a lookup read
     from whole blocks whose answer no sentence of the sources holds is answered again from the passages that match
@@ -50,7 +47,6 @@ class AskOptions:
     epman: bool = False
     cold_seconds: float | None = COLD_PREFILL_SECONDS
     kind: QuestionKind | None = None
-    whole_method: str = WHOLE_METHOD
     answer_tokens: int | None = None
     second_look: bool = SECOND_LOOK
 
@@ -75,8 +71,6 @@ class AskOptions:
             return "the answer's token limit must be at least 1"
         if self.cold_seconds is not None and self.cold_seconds < 0:
             return "--cold-seconds must be 0 (no limit) or more"
-        if self.whole_method not in WHOLE_METHODS:
-            return f"unknown whole_method {self.whole_method!r}: use {' or '.join(WHOLE_METHODS)}"
         if self.epman and self.mode == "text":
             return "--epman weights KV blocks, so it needs kv mode (a store ingested with KV blocks)"
         if self.layered and self.mode == "text":

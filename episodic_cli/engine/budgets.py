@@ -41,12 +41,6 @@ WHOLE_ANSWER_TOKENS = 384
 # many tokens a part summary read, from WHOLE_ANSWER_TOKENS up to the cap (about two minutes of decoding on 2 cores).
 EVERY_PART_LINE_TOKENS = 24
 EVERY_PART_ANSWER_TOKENS = 1024
-# How a part is read whole: "read" (at once) or "notes" (map-reduce: notes on chunks of NOTES_CHUNK_TOKENS, each at
-# most NOTE_TOKENS long, then the answer from the notes; engine/answer/notes.py). Chunk and note sizes were set
-# before any run: half a lookup's evidence budget, and a note of a few sentences (docs/heldout.md).
-WHOLE_METHOD = "read"
-NOTES_CHUNK_TOKENS = EVIDENCE_BUDGET // 2
-NOTE_TOKENS = 160
 # The map (engine/answer/map_writer.py): a summary's longest length, and the size of the parts a document without
 # chapters, sections or files is cut into.
 SUMMARY_TOKENS = 200

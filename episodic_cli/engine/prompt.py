@@ -121,7 +121,7 @@ def asks_how(question: str) -> bool:
 
 
 def _whole_focus(question: str, code: bool) -> str:
-    """What a whole answer (or a note on part of one) should cover for this kind of question."""
+    """What a whole answer should cover for this kind of question."""
     lowered = question.lower()
     if asks_how(question):
         return "how it works, step by step, with the conditions and values that decide each step"
@@ -132,34 +132,13 @@ def _whole_focus(question: str, code: bool) -> str:
     return "what happens or what it explains, in order, naming who and what is involved"
 
 
-def whole_scope_request(question: str, described: str, complete: bool, code: bool,
-                        outline: list[str] | None = None) -> str:
+def whole_scope_request(question: str, described: str, complete: bool, code: bool) -> str:
     """A question about a part as a whole, with what the sources are (all of it, or parts and summaries) and what a
-    whole answer should cover for this kind of question. `outline`: one sentence from each stretch of the part, in
-    order (engine/retrieval/outline.py), for the answer to follow from start to end."""
+    whole answer should cover for this kind of question."""
     what = f"all of {described}, in order" if complete else (
         f"the parts of {described} that match the question best, in order, and summaries of the rest")
-    course = ""
-    if outline:
-        listed = "\n".join(f"{i}. {s}" for i, s in enumerate(outline, 1))
-        course = (f"\n\nSentences from its beginning, middle and end, in order:\n{listed}\n\nCover the whole "
-                  "course of it, from the first of these to the last.")
-    return (f"{question}{course}\n\n(The sources are {what}. Answer from the whole of them, not only the last one, "
+    return (f"{question}\n\n(The sources are {what}. Answer from the whole of them, not only the last one, "
             f"in a few sentences: {_whole_focus(question, code)}. Use the names exactly as the sources write them.)")
-
-
-def notes_request(question: str, part: int, parts: int, code: bool) -> str:
-    """Map-reduce's note on one chunk of a part read whole (engine/answer/notes.py)."""
-    return (f"Take notes on the source above (part {part} of {parts}) for this question: {question}\n"
-            f"In 2-5 short sentences, say in order what this part says that bears on it: "
-            f"{_whole_focus(question, code)}. Use the names exactly as the source writes them.")
-
-
-def notes_answer_request(question: str, described: str, code: bool) -> str:
-    """The answer written from the notes on each chunk of a part (engine/answer/notes.py)."""
-    return (f"{question}\n\n(The sources are notes taken on {described}, part by part, in order. Answer from all of "
-            f"them in a few sentences: {_whole_focus(question, code)}. Use the names exactly as the notes write "
-            "them.)")
 
 
 def overview_request(question: str, every_part: bool = False) -> str:

@@ -15,7 +15,6 @@ from pathlib import Path
 from ..store import Store, StoreIdentity, StoreMismatchError
 from .answer.kv_mode import KVModeAnswerer, PrepareProgress, event_block_key
 from .answer.layered import LayeredAnswerer
-from .answer.notes import NoteTaker, stream_notes_answer
 from .answer.prefetch import likely_next, retrieved_event
 from .answer.records import Answer, SecondLook
 from .answer.short_answer import answer_spans, asks_for_a_fact
@@ -23,7 +22,7 @@ from .answer.text_mode import TextModeAnswerer
 from .ask_options import AskOptions
 from .budgets import (ANSWER_CONTEXT, ANSWER_TOKENS, EVERY_PART_ANSWER_TOKENS, EVERY_PART_LINE_TOKENS,
                       EVIDENCE_BUDGET, LAYER_BUDGET, LAYERED_ANCHOR_TOKENS, LAYERED_POOL_K, MAX_POOL, MIN_SOURCE_ROOM,
-                      NAMED_OPENING_TOKENS, NOTE_TOKENS, NOTES_CHUNK_TOKENS, OVERVIEW_CHARS,
+                      NAMED_OPENING_TOKENS, OVERVIEW_CHARS,
                       PROMPT_OVERHEAD, QUESTION_ROOM, RELINK_TOKENS, SECOND_LOOK_TOKENS,
                       SUMMARY_TOKENS, WARM_RUN_TOKENS, WHOLE_ANSWER_TOKENS, WHOLE_CONTEXT)
 from .embed.embedder import EMBED_DIM, EMBEDDER_NAME, KNOWN_NAMES, Embedder
@@ -52,13 +51,12 @@ from .retrieval.weights import episodic_weights
 from .answer.map_writer import MapProgress, MapWriter
 from .answer.claim_check import CHECKING_PARAMS, MAX_CHECKED, STATED_AT, ClaimChecker
 from .answer.condense import Condenser, search_for
-from .prompt import asks_how, each_section_request, notes_answer_request, overview_request, whole_scope_request
+from .prompt import each_section_request, overview_request, whole_scope_request
 from .retrieval.named_whole import NamedWhole, named_whole, opening_document
 from .retrieval.question_kind import QuestionKind, asks_each_part, classify
 from .retrieval.summary_sources import overview as overview_summaries
 from .retrieval.summary_sources import summary_sources
 from .retrieval.whole_scope import enclosing, read_scope, read_sections
-from .retrieval.outline import MAX_WORDS, OUTLINE_SENTENCES, key_sentences
 
 LAYERED_UNAVAILABLE = ("--layered needs epi's patched llama.cpp, and this llama-cpp-python lacks the patch: run "
                        "./install.sh from epi's source folder (`epi doctor` says whether the patch is in)")
@@ -82,7 +80,6 @@ class AskResult:
     reading: str | None = None  # what a whole-scope or overview answer read: "read all of ch. 12, 7,930 tokens"
     search: str | None = None   # what retrieval looked for, when not the question (a chat follow-up's rewrite)
     embed: Callable[[str], object] | None = None  # the question encoder, for evidence by meaning (support_by_sentence)
-    notes: list[str] | None = None  # a part read in chunks, notes on each, then the answer: the notes (answer/notes.py)
     # (sentence, quotes) -> the answer model's probability that the quotes state it (answer/claim_check.py), or
     # None when it could not be checked
     check_claim: Callable[[str, list[str]], float | None] | None = None
@@ -778,42 +775,20 @@ class Workspace:
         parsed = parse_scope(search)
         what = scope.described or ", ".join(".".join(s) for s in parsed.symbols) or "the part named"
         text = scope.query or search
-        # `whole_method="outline"`: room for the outline too, at its longest (its sentences are chosen once the part
-        # is read). Not the default: one more partial answer of 7 on an unseen set, the first token 2-3 s later
-        # (docs/heldout.md, "An outline of the chapter in the request").
-        outlined = options.whole_method == "outline" and not asks_how(question)
-        placeholder = [" ".join(["word"] * MAX_WORDS)] * OUTLINE_SENTENCES if outlined else None
-        request = whole_scope_request(question, what, False, False, placeholder)
+        request = whole_scope_request(question, what, False, False)
         reading = read_scope(store, ids, self.embedder.embed_query(text), text, self._whole_room(request, history),
                              tokens_of=lambda t: len(self.model.tokenize(t)))
         code = all(r.document.kind == "code" for r in reading.events if r.summary is None)
-        outline = key_sentences([r.event.text for r in reading.events if r.summary is None]) \
-            if outlined and not code else None
-        request = whole_scope_request(question, what, reading.complete, code, outline)
+        request = whole_scope_request(question, what, reading.complete, code)
         retrieved = reading.events
         answer = self._begin_part_answer(store, scope, retrieved, started)
         mode = options.mode
         result = AskResult(question, mode, retrieved, answer, scope, kind=kind,
                            reading=reading.described(what), search=search if search != question else None)
         answerer = self.answerer(mode, store, whole=True)
-        max_tokens = capped(WHOLE_ANSWER_TOKENS, options.answer_tokens)
-        if options.whole_method == "notes" and mode == "kv" and reading.read_tokens > NOTES_CHUNK_TOKENS * 3 // 2:
-            result.reading += ", with notes on each part"
-            return result, self._timing_cold(self._notes_then_answer(
-                answerer, result, what, code, history, started, should_stop, max_tokens), answerer)
-        stream = answerer.stream(request, retrieved, history, started, answer, max_tokens=max_tokens,
-                                 should_stop=should_stop)
+        stream = answerer.stream(request, retrieved, history, started, answer,
+                                 max_tokens=capped(WHOLE_ANSWER_TOKENS, options.answer_tokens), should_stop=should_stop)
         return result, self._timing_cold(stream, answerer)
-
-    def _notes_then_answer(self, answerer, result: AskResult, what: str, code: bool,
-                           history: list[dict[str, str]] | None, started: float,
-                           should_stop: Callable[[], bool] | None, max_tokens: int) -> Iterator[str]:
-        """Map-reduce (engine/answer/notes.py): notes on each chunk of what was read, then the answer from them."""
-        taker = NoteTaker(answerer, NOTES_CHUNK_TOKENS, NOTE_TOKENS)
-        notes = taker.notes(result.question, result.retrieved, code, should_stop)
-        result.notes = [text for _, text in notes]
-        yield from stream_notes_answer(answerer, notes_answer_request(result.question, what, code), notes, history,
-                                       started, result.answer, max_tokens, should_stop)
 
     def _ask_overview(self, store: Store, question: str, search: str, scope: Restriction, options: AskOptions,
                       history: list[dict[str, str]] | None, started: float,
