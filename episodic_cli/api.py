@@ -213,11 +213,9 @@ class Answer(_Record):
     first_answer: str | None = None
     narrowed: bool = False        # it read only the sentences that match the question best, not the events whole
     retrieved_tokens: int = 0     # the tokens of the sources
-    # kv mode (None in text mode): the sources' tokens loaded from stored KV blocks, prefilled from text, and the
-    # loaded blocks' first tokens decoded again at their place
+    # kv mode (None in text mode): the sources' tokens loaded from stored KV blocks, and prefilled from text
     kv_loaded_tokens: int | None = None
     kv_prefilled_tokens: int | None = None
-    kv_relinked_tokens: int | None = None
     layered: dict | None = None   # --layered: the pool loaded and, per layer, how many of its blocks it selected
     left_out_tokens: int = 0      # the tokens of the `left_out` events
     # of the sources without a KV block, those read only as their sentences that match the question (for time)
@@ -415,7 +413,6 @@ def answer_of(result: EngineResult, notes: list[str] | None = None) -> Answer:
         notes=list(notes or []) + (list(result.scope.notes) if result.scope is not None else []),
         narrowed=bool(result.focus), retrieved_tokens=sum(r.n_tokens for r in result.retrieved),
         kv_loaded_tokens=a.kv_loaded_tokens if kv else None, kv_prefilled_tokens=a.kv_prefilled_tokens if kv else None,
-        kv_relinked_tokens=a.kv_relinked_tokens if kv else None,
         layered=None if a.layered is None else a.layered.as_json(),
         left_out_tokens=sum(r.n_tokens for r in result.left_cold),
         read_as_sentences=[r.event.id for r in result.cold_passages])

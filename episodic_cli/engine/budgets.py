@@ -15,9 +15,6 @@ EVIDENCE_BUDGET = 3072  # tokens of retrieved events an answer reads at most
 # "Cold answers").
 COLD_PREFILL_SECONDS = 10.0
 WARM_RUN_TOKENS = EVIDENCE_BUDGET  # `epi warm` prefills runs of consecutive events of about this many tokens
-# A loaded block's first tokens decoded again at its new place (EPIC; engine/answer/kv_mode.py): 0 = off until the
-# held-out sets show it helps (docs/evaluation.md, "Relinking block heads").
-RELINK_TOKENS = 0
 # Hits per question (`-k`), before neighbours: k=5 answered as well as k=3 on every held-out set and better on one
 # (docs/evaluation.md, "k=5 instead of 3").
 DEFAULT_K = 5

@@ -23,7 +23,7 @@ from .ask_options import AskOptions
 from .budgets import (ANSWER_CONTEXT, ANSWER_TOKENS, EVERY_PART_ANSWER_TOKENS, EVERY_PART_LINE_TOKENS,
                       EVIDENCE_BUDGET, LAYER_BUDGET, LAYERED_ANCHOR_TOKENS, LAYERED_POOL_K, MAX_POOL, MIN_SOURCE_ROOM,
                       NAMED_OPENING_TOKENS, OVERVIEW_CHARS,
-                      PROMPT_OVERHEAD, QUESTION_ROOM, RELINK_TOKENS, SECOND_LOOK_TOKENS,
+                      PROMPT_OVERHEAD, QUESTION_ROOM, SECOND_LOOK_TOKENS,
                       SUMMARY_TOKENS, WARM_RUN_TOKENS, WHOLE_ANSWER_TOKENS, WHOLE_CONTEXT)
 from .embed.embedder import EMBED_DIM, EMBEDDER_NAME, KNOWN_NAMES, Embedder
 from .embed.reembed import ReembedProgress, reembed
@@ -216,8 +216,6 @@ class Workspace:
         # --layered: tokens of retrieved blocks in the pool (0: what the answer context holds, laid out in order;
         # more: lanes sharing positions, engine/answer/layered.py, each layer still seeing LAYER_BUDGET of them)
         self.layered_pool = 0
-        # kv mode: each loaded block's first tokens decoded again at their new place (engine/answer/kv_mode.py)
-        self.relink_tokens = RELINK_TOKENS
         # each answer's retrieved events counted in the store's retrievals.log (store/retrieval_log.py), the order
         # `epi warm` prepares blocks in; `epi mcp` turns it off: the server writes nothing but KV blocks
         self.record_retrievals = True
@@ -397,7 +395,7 @@ class Workspace:
                     raise ValueError("kv mode answers from a store's KV tier: pass the store")
                 self._answerers[key] = KVModeAnswerer(self.model, n_ctx, self.block_keeper(store), self.threads,
                                                        self.warn, sink_dir=cache_dir() / "kv-sinks",
-                                                       on_prepare=self.on_prepare, relink_tokens=self.relink_tokens)
+                                                       on_prepare=self.on_prepare)
             else:
                 self._answerers[key] = TextModeAnswerer(self.model, n_ctx, self.threads)
             self._answerers[key].session.warm_up()
