@@ -4,6 +4,11 @@ docs/layered.md.
 """
 ANSWER_CONTEXT = 8192  # the answer context, or the model's training window if that is shorter
 ANSWER_TOKENS = 256  # the longest answer
+# The longest question epi takes, in characters. Retrieval embeds at most 256 word pieces of it (MiniLM's limit,
+# about 1,000 characters of English) and the model prefills all of it before the first answer token: at ~4
+# characters a token, 2,000 characters are ~500 tokens, about a second on 2 CPU cores; 20,000 took ~23 s. A longer
+# question is refused, not cut: a pasted page usually ends with the actual question, which a cut would drop.
+MAX_QUESTION_CHARS = 2000
 QUESTION_ROOM = 768  # positions kept after the sources for the question part (and chat history)
 # Beside a question longer than QUESTION_ROOM (2,000 characters of emoji are ~6,000 tokens): what the prompt adds to
 # its words (system rules, chat template, a heading per source), so that the sources are cut to the room left.

@@ -6,11 +6,9 @@ it behind, so the sink belongs to neither of them.
 from __future__ import annotations
 
 import re
-import string
 
 import numpy as np
 
-from .errors import EpiError
 from .llama.backend import LlamaModel
 from .retrieval.citations import citation
 from .retrieval.retrieve import RetrievedEvent
@@ -20,11 +18,6 @@ SYSTEM_PROMPT = (
     "Copy names, numbers and identifiers exactly as they are written in the sources. "
     "Answer briefly. If the sources do not contain the answer, say that the documents do not say."
 )
-# The longest question epi takes, in characters. Retrieval embeds at most 256 word pieces of it (MiniLM's limit,
-# about 1,000 characters of English) and the model prefills all of it before the first answer token: at ~4
-# characters a token, 2,000 characters are ~500 tokens, about a second on 2 CPU cores; 20,000 took ~23 s. A longer
-# question is refused, not cut: a pasted page usually ends with the actual question, which a cut would drop.
-MAX_QUESTION_CHARS = 2000
 # Splits kv mode's rendered template at block places; no document or question text keeps control characters.
 BLOCK_MARK = "\x1f"
 
@@ -38,21 +31,6 @@ def numbered_sources(sources: list[tuple[str, str]]) -> str:
 def sources_turn(question: str, sources: list[tuple[str, str]]) -> str:
     """The user turn of a text-mode prompt: the numbered sources, then the question last."""
     return f"Sources:\n\n{numbered_sources(sources)}\n\nQuestion: {question}"
-
-
-def check_question_length(question: str) -> None:
-    """Refuses, before anything loads, a question that is empty, has no words ("???") or is too long to be one."""
-    if not question.strip():
-        raise EpiError("the question is empty")
-    try:
-        question.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate (a broken paste, an MCP client's bad JSON): no tokenizer takes it
-        raise EpiError("the question holds characters that are not text (a lone surrogate); type it again") from None
-    if all(ch in string.punctuation or ch.isspace() for ch in question):  # "???", "..."; an emoji is a word here
-        raise EpiError(f"the question {question.strip()[:40]!r} has no words: ask it in words")
-    if len(question) > MAX_QUESTION_CHARS:
-        raise EpiError(f"the question is {len(question):,} characters long; epi takes at most {MAX_QUESTION_CHARS:,} "
-                       "(retrieval reads about the first 1,000): ask it in fewer words")
 
 
 def clean_question(question: str) -> str:

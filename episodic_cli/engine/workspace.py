@@ -19,7 +19,7 @@ from .answer.prefetch import likely_next, retrieved_event
 from .answer.records import Answer, SecondLook
 from .answer.short_answer import answer_spans, asks_for_a_fact
 from .answer.text_mode import TextModeAnswerer
-from .ask_options import AskOptions
+from .ask_options import AskOptions, AskRequest
 from .budgets import (ANSWER_CONTEXT, ANSWER_TOKENS, EVERY_PART_ANSWER_TOKENS, EVERY_PART_LINE_TOKENS,
                       EVIDENCE_BUDGET, LAYER_BUDGET, LAYERED_ANCHOR_TOKENS, LAYERED_POOL_K, MAX_POOL, MIN_SOURCE_ROOM,
                       NAMED_OPENING_TOKENS, OVERVIEW_CHARS,
@@ -479,6 +479,16 @@ class Workspace:
                       f"retrieved events for each question (about {EVIDENCE_BUDGET / rate:,.0f} s for "
                       f"{EVIDENCE_BUDGET:,} tokens on this machine) instead of loading their KV blocks")
         return replace(options, mode="text", cold_seconds=None, second_look=False)
+
+    def answer(self, store: Store, request: AskRequest, *, should_stop: Callable[[], bool] | None = None
+               ) -> tuple[AskResult, Iterator[str]]:
+        """A face's request (`epi ask`, `epi chat`, Archive, `epi mcp`): its pool sizes the layered answerer, and a
+        follow-up is searched as the standalone question it means (condense) while the model reads it as asked."""
+        self.layered_pool = request.pool or 0
+        turns = request.turns
+        search = self.condense(turns, request.question) if turns else None
+        return self.ask(store, request.question, request.options, history=turns, search=search,
+                        should_stop=should_stop)
 
     def ask(self, store: Store, question: str, options: AskOptions = AskOptions(), *,
             history: list[dict[str, str]] | None = None, search: str | None = None,
