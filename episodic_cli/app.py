@@ -123,7 +123,7 @@ def handle_errors(fn: Callable) -> Callable:
 @app.command()
 @handle_errors
 def ingest(
-    paths: Annotated[list[Path], typer.Argument(help="PDF, EPUB, HTML, Word (.docx), text, Markdown or reST files, or folders of them and of code (walked recursively, honouring .gitignore).", show_default=False)],
+    paths: Annotated[list[Path], typer.Argument(help="PDF, EPUB, HTML, Word (.docx), text, Markdown, reST or GNU Info (.info) files, or folders of them and of code (walked recursively, honouring .gitignore).", show_default=False)],
     store: StoreOpt = None,
     model: ModelOpt = None,
     threads: ThreadsOpt = None,

@@ -19,6 +19,7 @@ from episodic_cli.engine.documents.sources import (  # noqa: E402
     SourceError,
     Skipped,
     discover,
+    document_format,
     file_sha256,
     load_document,
 )
@@ -218,6 +219,21 @@ def test_a_stray_nul_past_the_start_of_a_text_file_is_dropped_not_refused(tmp_pa
     early.write_bytes(b"text\x00" + body.encode())
     with pytest.raises(SourceError, match="binary file"):
         load_document(early)
+
+
+def test_an_info_manual_in_a_folder_is_read_as_text(tmp_path: Path) -> None:
+    """A GNU Info file (its nodes split by the 0x1f byte, as `gzip -d /usr/share/info/bzip2.info.gz` gives it) is a
+    manual, not something to skip: the walk finds it and the reader keeps its words, not its separators."""
+    info = tmp_path / "docs" / "bzip2.info"
+    info.parent.mkdir()
+    info.write_bytes(b"This is bzip2.info, produced by makeinfo.\n\n\x1f\nFile: bzip2.info,  Node: Top,  Next: Intro\n\n"
+                     + b"".join(b"bzip2 compresses files using the Burrows-Wheeler block sorting algorithm, line %d.\n" % i
+                                for i in range(40))
+                     + b"\x1f\nFile: bzip2.info,  Node: Intro,  Prev: Top\n\n1 Introduction\n**************\n")
+    (found,) = [item for item in discover([tmp_path / "docs"]) if not isinstance(item, Skipped)]
+    doc = load_document(found[0])
+    assert "Burrows-Wheeler block sorting" in doc.text and "1 Introduction" in doc.text
+    assert document_format(doc.kind, str(info)) == "Info"
 
 
 @pytest.mark.parametrize("content", [b"", b"  \n\r\n\t \n"])

@@ -43,22 +43,38 @@ def sample_ls(store: Path, log: Path, every: float, stop: threading.Event) -> No
             f.write(f"===== {time.strftime('%Y-%m-%d %H:%M:%S')} rc={out.returncode}\n{out.stdout}{out.stderr}\n")
 
 
+def ingest_hwm_kb(time_pid: int) -> int | None:
+    """VmHWM of the ingest under `/usr/bin/time` (its child): a killed run leaves no `time -v` report, so the
+    peak is sampled while it runs."""
+    try:
+        child = Path(f"/proc/{time_pid}/task/{time_pid}/children").read_text().split()[0]
+        status = Path(f"/proc/{child}/status").read_text()
+    except (OSError, IndexError):
+        return None
+    found = re.search(r"VmHWM:\s+(\d+) kB", status)
+    return int(found.group(1)) if found else None
+
+
 def run_once(n: int, archive: Path, store: Path, out: Path, kill_at: float | None) -> dict:
     """One ingest run; killed with SIGKILL at `kill_at` (perf_counter time) if it is still running then."""
     started = time.perf_counter()
+    hwm = 0
     with (out / f"run-{n}.jsonl").open("w") as stdout, (out / f"run-{n}.stderr").open("w") as stderr:
         proc = subprocess.Popen(["/usr/bin/time", "-v", "-o", str(out / f"run-{n}.time"),
                                  *epi_command(archive, store)], stdout=stdout, stderr=stderr,
                                 start_new_session=True)
         killed = False
-        try:
-            proc.wait(timeout=None if kill_at is None else max(0.0, kill_at - started))
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the ingest under time, and time itself: a crash, not a stop
-            proc.wait()
-            killed = True
+        while proc.poll() is None:
+            hwm = max(hwm, ingest_hwm_kb(proc.pid) or 0)
+            if kill_at is not None and time.perf_counter() >= kill_at:
+                os.killpg(proc.pid, signal.SIGKILL)  # the ingest under time, and time itself: a crash, not a stop
+                proc.wait()
+                killed = True
+                break
+            time.sleep(5)
     return {"run": n, "seconds": round(time.perf_counter() - started, 1), "killed": killed,
-            "returncode": proc.returncode, "peak_rss_kb": peak_rss_kb(out / f"run-{n}.time")}
+            "returncode": proc.returncode, "peak_rss_kb": peak_rss_kb(out / f"run-{n}.time"),
+            "sampled_hwm_kb": hwm or None}
 
 
 def peak_rss_kb(path: Path) -> int | None:

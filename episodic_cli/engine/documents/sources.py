@@ -42,7 +42,9 @@ MAX_JSON_BYTES = 10**6
 READ_BYTES = 1 << 20  # a file is read and decoded this much at a time
 _SNIFF_BYTES = 8192
 
-TEXT_EXTS = frozenset({".txt", ".md", ".markdown", ".rst", ".org", ".tex"})
+# ".info": a GNU Info manual unpacked (gzip -d of /usr/share/info/*.info.gz), read as text: its node separators and
+# index marks are stray control bytes the text reader drops or tolerates (_decode_into).
+TEXT_EXTS = frozenset({".txt", ".md", ".markdown", ".rst", ".org", ".tex", ".info"})
 CODE_EXTS = frozenset(
     """.py .pyi .c .h .cc .cpp .hpp .cu .rs .go .java .kt .scala .swift .js .jsx .ts .tsx .mjs .cjs .rb .php
     .cs .sh .bash .zsh .ps1 .lua .pl .r .jl .sql .css .scss .toml .yaml .yml .ini .cfg .json .xml .proto
@@ -413,7 +415,7 @@ def discover(paths: Iterable[Path]) -> Iterator[tuple[Path, str] | Skipped]:
 # ------------------------------------------------------------------------------------------------- parsing
 
 _FORMAT_NAMES = {"pdf": "PDF", "epub": "EPUB", "html": "HTML", "docx": "Word", ".md": "Markdown",
-                 ".markdown": "Markdown", ".rst": "reST", ".org": "Org", ".tex": "LaTeX"}
+                 ".markdown": "Markdown", ".rst": "reST", ".org": "Org", ".tex": "LaTeX", ".info": "Info"}
 
 
 def document_format(kind: str, path: str) -> str:
