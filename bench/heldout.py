@@ -73,7 +73,7 @@ def stale_questions(store, questions: list[dict]) -> list[str]:
 def stored_questions(sets: Path, only: list[str], stores: Path, model: str | None, threads: int | None):
     """(workspace, store, question) for every scorable question of the sets named in `only` whose store a heldout.py
     run left in `stores`, a set at a time (its workspace and store closed after its last question): what the
-    side-by-side benchmarks (first_token_ab.py, relink_cost.py) ask again."""
+    side-by-side benchmarks (first_token_ab.py) ask again."""
     for spec in load_sets(sets):
         if spec["set"] not in only:
             continue
@@ -135,7 +135,6 @@ def ask(ws: Workspace, store, question: dict, mode: str, warnings: list[str], sh
     row["narrowed"] = bool(result.focus)
     row["kv_loaded_tokens"], row["kv_prefilled_tokens"] = (result.answer.kv_loaded_tokens,
                                                            result.answer.kv_prefilled_tokens)
-    row["kv_relinked_tokens"] = result.answer.kv_relinked_tokens
     row = {"qid": question["qid"], **row, "retrieved_tokens": sum(r.n_tokens for r in result.retrieved)}
     row.update(score_answer(row["answer"], question["answer"]))
     row["supported"] = bool(result.support().supported)  # evidence quotes hold the answer's own words
@@ -168,7 +167,7 @@ def retrieval_row(ws: Workspace, store, question: dict) -> dict:
 
 def run_set(spec: dict, stores: Path, threads: int | None, log, retrieval_only: bool = False, short: bool = True,
             model: str | None = None, narrow: bool | None = None, modes: tuple[str, ...] = MODES,
-            cold_seconds: float | None = None, relink: int | None = None, layered: bool = False) -> dict:
+            cold_seconds: float | None = None, layered: bool = False) -> dict:
     paths = [resolve(p) for p in spec["documents"]]
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
@@ -185,8 +184,6 @@ def run_set(spec: dict, stores: Path, threads: int | None, log, retrieval_only: 
         answer_ws.__dict__["embedder"] = ws.embedder
         ws.close()
         ws = answer_ws
-    if relink is not None:
-        ws.relink_tokens = relink
     rows = []
     store = ws.store_for_reading()
     try:
@@ -353,7 +350,7 @@ def write_results(args, argv: list[str] | None, results: list[dict], t0: float, 
               "date": datetime.now().strftime("%Y-%m-%d %H:%M"), "model": ws.prepared.source.name, "short": args.short,
               "k": K, "whole": args.whole, "narrow": args.narrow, "modes": args.modes, "cold_seconds": args.cold_seconds,
               "cold_rate": args.cold_rate,
-              "relink": args.relink, "layered": args.layered,
+              "layered": args.layered,
               "wall_min": (time.perf_counter() - t0) / 60, "load_start": load_start, "load_end": load_average(),
               "sets": results}
     args.out.mkdir(parents=True, exist_ok=True)
@@ -385,15 +382,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cold-rate", type=float, default=None,
                     help="with --cold-seconds: size what a question reads from text at this many tokens/s instead of "
                     "the rate this machine measured (runs side by side, or at another load, then read the same)")
-    ap.add_argument("--relink", type=int, default=None,
-                    help="kv mode: decode each loaded block's first N tokens again at their place (default: epi's)")
     ap.add_argument("--layered", action="store_true", help="kv mode with per-layer block selection (epi ask --layered)")
     ap.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES), help="answer modes (default: both)")
     ap.add_argument("--surprise-at", choices=SURPRISE_AT, default=None,
                     help="where new stores measure surprise (default: epi ingest's; segment.SURPRISE_AT)")
     ap.add_argument("--tag", default=None, help="write bench/results/heldout-TAG.json and .md (docs/ untouched)")
-    ap.add_argument("--passage-ranking", choices=("on", "off"), default=None,
-                    help="rank the candidates by their best sentence too (default: epi's; budgets.PASSAGE_RANKING)")
     ap.add_argument("--second-look", choices=("on", "off"), default=None,
                     help="answer an unsupported lookup again from the best passages (default: epi ask's; "
                     "--no-second-look); each row keeps the answer set aside and its score")
@@ -401,10 +394,6 @@ def main(argv: list[str] | None = None) -> int:
     global BENCH_OPTIONS  # as epi ask answers, unless told otherwise
     BENCH_OPTIONS = replace(BENCH_OPTIONS, second_look=SECOND_LOOK if args.second_look is None
                             else args.second_look == "on")
-    if args.passage_ranking:
-        from episodic_cli.engine import workspace
-
-        workspace.PASSAGE_RANKING = args.passage_ranking == "on"
     if args.surprise_at:
         global SEGMENT
         SEGMENT = SegmentParams(surprise_at=args.surprise_at)
@@ -422,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     for s in sets:
         results.append(run_set(s, args.stores, args.threads, log, args.retrieval, args.short, args.model,
                                True if args.narrow else False if args.whole else None, tuple(args.modes),
-                               args.cold_seconds, args.relink, args.layered))
+                               args.cold_seconds, args.layered))
         if not args.retrieval and args.tag and results[-1].get("rows"):  # a long run keeps what it has measured
             write_results(args, argv, results, t0, load_start, log)
     if args.retrieval:

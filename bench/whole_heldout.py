@@ -41,8 +41,7 @@ def ensure_store(store: Path, documents: list[str], model: str) -> None:
 
 
 def ask(ws: Workspace, st: Store, question: str, history: list[dict] | None, search: str | None,
-        kind: QuestionKind | None, max_tokens: int | None, method: str,
-        mode: str | None = None) -> dict:
+        kind: QuestionKind | None, max_tokens: int | None, mode: str | None = None) -> dict:
     t0 = time.perf_counter()
     holder: dict = {}
 
@@ -50,7 +49,7 @@ def ask(ws: Workspace, st: Store, question: str, history: list[dict] | None, sea
         r = holder.get("result")
         return bool(max_tokens and r is not None and len(r.answer.text) > 4 * max_tokens)
 
-    options = AskOptions(kind=kind, mode=mode, cold_seconds=None, whole_method=method)
+    options = AskOptions(kind=kind, mode=mode, cold_seconds=None)
     result, stream = ws.ask(st, question, options, history=history, search=search, should_stop=stop)
     holder["result"] = result
     for _ in stream:
@@ -61,7 +60,7 @@ def ask(ws: Workspace, st: Store, question: str, history: list[dict] | None, sea
             "search": result.search, "sources": [citation(r) for r in result.retrieved],
             "sentences_supported": sum(s["supported"] for s in sentences), "sentences": len(sentences),
             "sentence_checks": sentences,
-            "first_token_s": round(result.answer.timings.first_token_s, 2), "notes": result.notes,
+            "first_token_s": round(result.answer.timings.first_token_s, 2),
             "total_s": round(time.perf_counter() - t0, 2)}
 
 
@@ -74,29 +73,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--read", choices=["auto", "lookup"], default="auto")
     ap.add_argument("--followups", choices=["rewrite", "concat"], default="rewrite")
     ap.add_argument("--max-tokens", type=int, default=None, help="cut answers after about this many tokens")
-    ap.add_argument("--whole-method", choices=["read", "notes", "outline"], default="read",
-                    help="how a part is read whole: at once, notes on each chunk and then the answer, or at once "
-                         "with an outline of its sentences in the request")
     ap.add_argument("--mode", choices=["kv", "text"], default=None,
                     help="kv: read from the stored blocks (the default when there are any); text: re-read the text "
                          "in one pass (every token sees what came before it in the part, at prefill's cost)")
     ap.add_argument("--qids", nargs="*", default=None, help="only these questions")
-    ap.add_argument("--named-read", choices=["map", "whole", "boost"], default=None,
-                    help="what a whole named by its name reads (the default's NAMED_WHOLE_READ when not given)")
     ap.add_argument("--named-opening", type=int, default=None,
                     help="tokens of a named whole's own opening read after its summaries (the default's "
                          "NAMED_OPENING_TOKENS when not given; 0: the summaries alone)")
     ap.add_argument("--tag", required=True)
     ap.add_argument("--threads", type=int, default=None)
     args = ap.parse_args(argv)
-    if args.named_opening is not None or args.named_read is not None:
+    if args.named_opening is not None:
         import episodic_cli.engine.workspace as workspace
-        if args.named_opening is not None:
-            workspace.NAMED_OPENING_TOKENS = args.named_opening
-        if args.named_read is not None:
-            workspace.NAMED_WHOLE_READ = args.named_read
+        workspace.NAMED_OPENING_TOKENS = args.named_opening
     kind = None if args.read == "auto" else QuestionKind.LOOKUP
-    method = args.whole_method
     rows = []
     for path in sorted(args.sets.glob("*.json")):
         qset = json.loads(path.read_text())
@@ -122,24 +112,24 @@ def main(argv: list[str] | None = None) -> int:
                     else:
                         search = (ws.condense(history, earlier) if args.followups == "rewrite" else
                                   (history[-2]["content"] + " " + earlier if history else None)) if history else None
-                        answer_text = ask(ws, st, earlier, history[-4:], search, kind, args.max_tokens, method, args.mode)["answer"]
+                        answer_text = ask(ws, st, earlier, history[-4:], search, kind, args.max_tokens, args.mode)["answer"]
                     history += [{"role": "user", "content": earlier}, {"role": "assistant", "content": answer_text}]
                 if history:
                     last_q = history[-2]["content"]
                     search = ws.condense(history[-4:], q["question"]) if args.followups == "rewrite" else \
                         f"{last_q} {q['question']}"
-                    row.update(ask(ws, st, q["question"], history[-4:], search, kind, args.max_tokens, method, args.mode))
+                    row.update(ask(ws, st, q["question"], history[-4:], search, kind, args.max_tokens, args.mode))
                     if q.get("standalone"):
-                        row["standalone_result"] = ask(ws, st, q["standalone"], None, None, kind, args.max_tokens, method, args.mode)
+                        row["standalone_result"] = ask(ws, st, q["standalone"], None, None, kind, args.max_tokens, args.mode)
                 else:
-                    row.update(ask(ws, st, q["question"], None, None, kind, args.max_tokens, method, args.mode))
+                    row.update(ask(ws, st, q["question"], None, None, kind, args.max_tokens, args.mode))
                 rows.append(row)
                 print(f"  {row['qid']:<14} {row['kind']:<12} {row['first_token_s']:6.1f}s  {row['read'] or ''}\n"
                       f"      {row['answer'][:300]!r}", flush=True)
         ws.close()
     out = HERE / "results" / f"whole-{args.tag}.json"
     out.write_text(json.dumps({"tag": args.tag, "read": args.read, "followups": args.followups,
-                               "whole_method": args.whole_method, "mode": args.mode,
+                               "mode": args.mode,
                                "rows": rows},
                               indent=1, ensure_ascii=False) + "\n")
     md = [f"# Whole-scope held-out answers: {args.tag}\n"]
@@ -149,8 +139,6 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['first_token_s']} s\n")
         if r.get("standalone_result"):
             md.append(f"**Standalone A:** {r['standalone_result']['answer']}\n")
-        if r.get("notes"):
-            md.append("*notes:*\n\n" + "\n".join(f"{i}. {n}" for i, n in enumerate(r["notes"], 1)) + "\n")
         md.append(f"*rubric:* {json.dumps(r['rubric'], ensure_ascii=False)}\n")
     out.with_suffix(".md").write_text("\n".join(md))
     print(f"wrote {out} and {out.with_suffix('.md')}")

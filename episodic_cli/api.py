@@ -31,8 +31,7 @@ from pathlib import Path
 
 from .engine.answer.map_writer import MapProgress
 from .engine.answer.records import SecondLook
-from .engine.ask_options import AskOptions, check_pool
-from .engine.budgets import COLD_PREFILL_SECONDS, DEFAULT_K, SECOND_LOOK
+from .engine.ask_options import DEFAULT_K, AskOptions, AskRequest, check_question_length
 from .engine.documents.blocks import BLOCK_KINDS
 from .engine.documents.sources import Skipped, discover, document_format
 from .engine.documents.structure import all_paths, describe, describe_node, number_value, parse_heading
@@ -44,9 +43,7 @@ from .engine.ingest.segment import SegmentParams
 from .engine.kv.keeper import DEFAULT_KIND
 from .engine.llama.models import answer_model as chosen_answer_model
 from .engine.llama.models import plan_ingest
-from .engine.prompt import check_question_length
 from .engine.retrieval.citations import citation, place, printable
-from .engine.retrieval.question_kind import QuestionKind
 from .engine.retrieval.retrieve import RetrievedEvent
 from .engine.retrieval.scope import documents_matching
 from .engine.workspace import AskResult as EngineResult
@@ -58,7 +55,6 @@ __all__ = ["Archive", "Answer", "Quote", "SentenceEvidence", "Source", "Timings"
            "Summary", "Outline", "OutlineNode", "IngestReport", "IngestResult", "SecondLook", "EpiError", "StoreError"]
 
 log = logging.getLogger("episodic_cli")
-READ_CHOICES = ("auto", "lookup", "whole", "overview")
 # The version of Answer's JSON form (`epi ask --json`, Archive.ask, `epi mcp`'s ask; docs/answer.schema.json): raised
 # when a field is renamed, removed or changes its meaning, so a reader can tell which form it holds.
 ANSWER_SCHEMA_VERSION = 1
@@ -103,18 +99,6 @@ def nothing_to_ingest(skipped: list[Skipped]) -> str:
     reasons = "; ".join(f"{s.path}: {s.reason}" for s in skipped[:3])
     more = f"; and {len(skipped) - 3} more" if len(skipped) > 3 else ""
     return f"nothing to ingest: {reasons}{more}"
-
-
-def read_kind(read: str | QuestionKind | None) -> QuestionKind | None:
-    """`read` as AskOptions.kind takes it: None for "auto" (the question decides)."""
-    if read is None or read == "auto":
-        return None
-    if isinstance(read, QuestionKind):
-        return read
-    try:
-        return QuestionKind(str(read))
-    except ValueError:
-        raise EpiError(f"unknown read {read!r}: use {', '.join(READ_CHOICES)}") from None
 
 
 # ------------------------------------------------------------------------------------------------ records
@@ -213,11 +197,9 @@ class Answer(_Record):
     first_answer: str | None = None
     narrowed: bool = False        # it read only the sentences that match the question best, not the events whole
     retrieved_tokens: int = 0     # the tokens of the sources
-    # kv mode (None in text mode): the sources' tokens loaded from stored KV blocks, prefilled from text, and the
-    # loaded blocks' first tokens decoded again at their place
+    # kv mode (None in text mode): the sources' tokens loaded from stored KV blocks, and prefilled from text
     kv_loaded_tokens: int | None = None
     kv_prefilled_tokens: int | None = None
-    kv_relinked_tokens: int | None = None
     layered: dict | None = None   # --layered: the pool loaded and, per layer, how many of its blocks it selected
     left_out_tokens: int = 0      # the tokens of the `left_out` events
     # of the sources without a KV block, those read only as their sentences that match the question (for time)
@@ -415,7 +397,6 @@ def answer_of(result: EngineResult, notes: list[str] | None = None) -> Answer:
         notes=list(notes or []) + (list(result.scope.notes) if result.scope is not None else []),
         narrowed=bool(result.focus), retrieved_tokens=sum(r.n_tokens for r in result.retrieved),
         kv_loaded_tokens=a.kv_loaded_tokens if kv else None, kv_prefilled_tokens=a.kv_prefilled_tokens if kv else None,
-        kv_relinked_tokens=a.kv_relinked_tokens if kv else None,
         layered=None if a.layered is None else a.layered.as_json(),
         left_out_tokens=sum(r.n_tokens for r in result.left_cold),
         read_as_sentences=[r.event.id for r in result.cold_passages])
@@ -526,11 +507,13 @@ class Archive:
             st.refresh()
         return st
 
-    def load(self, mode: str | None = None, layered: bool = False) -> Archive:
-        """Load the embedder and the answer model's context now rather than at the first question."""
-        options = AskOptions(mode=mode, layered=layered)  # a combination that cannot run fails before any loading
+    def load(self, request: AskRequest | None = None) -> Archive:
+        """Load the embedder and the answer model's context now rather than at the first question (the context
+        `request` will be answered in: its mode, --layered and pool)."""
         st = self._ready()
-        options = self.workspace.resolve(st, options)
+        options = self.workspace.resolve(st, request.options if request is not None else AskOptions())
+        if request is not None:
+            self.workspace.layered_pool = request.pool or 0
         self.workspace.embedder.load(batches=False)
         self.workspace.answerer(options.mode, st, options.layered)
         return self
@@ -557,48 +540,27 @@ class Archive:
 
     # -- questions -----------------------------------------------------------------------------------------
 
-    def begin(self, question: str, *, k: int = DEFAULT_K, doc: str | list[str] | None = None,
-              read: str | QuestionKind | None = "auto", history: Iterable | None = None, mode: str | None = None,
-              neighbours: int = 1, narrow: bool | None = None, short: bool = True, layered: bool = False,
-              pool: int | None = None, epman: bool = False, cold_seconds: float | None = COLD_PREFILL_SECONDS,
-              should_stop: Callable[[], bool] | None = None, answer_tokens: int | None = None,
-              second_look: bool = SECOND_LOOK) -> tuple[EngineResult, Iterator[str]]:
+    def begin(self, request: AskRequest, *, should_stop: Callable[[], bool] | None = None
+              ) -> tuple[EngineResult, Iterator[str]]:
         """The engine's side of a question: its result (filled in as the stream is read) and the answer stream.
         What `epi ask` renders; record() turns it into an Answer once the stream is read (ask() and ask_stream() do).
-        The keywords are the engine's AskOptions (engine/ask_options.py) under the names `epi ask` gives them; `pool`
-        sizes the layered pool."""
+        `should_stop`, polled while generating, True stops the answer."""
         self._not_answering()
         self._notes = []  # the warnings said from here to record(): the Answer's notes
-        if not isinstance(question, str):
-            raise EpiError(f"the question must be a string, not {type(question).__name__}")
-        check_question_length(question)
-        options = self.check_options(k=k, doc=doc, read=read, mode=mode, neighbours=neighbours, narrow=narrow,
-                                     short=short, layered=layered, pool=pool, epman=epman, cold_seconds=cold_seconds,
-                                     answer_tokens=answer_tokens, second_look=second_look)
-        st = self.store  # made ready, and refreshed, by check_options just now
-        self.workspace.layered_pool = pool or 0
-        turns = _history(history)
-        search = self.workspace.condense(turns, question) if turns else None
-        return self.workspace.ask(st, question, options, history=turns, search=search, should_stop=should_stop)
+        st = self.check(request)
+        return self.workspace.answer(st, request, should_stop=should_stop)
 
-    def check_options(self, *, k: int = DEFAULT_K, doc: str | list[str] | None = None,
-                      read: str | QuestionKind | None = "auto", mode: str | None = None, neighbours: int = 1,
-                      narrow: bool | None = None, short: bool = True, layered: bool = False, pool: int | None = None,
-                      epman: bool = False, cold_seconds: float | None = COLD_PREFILL_SECONDS,
-                      answer_tokens: int | None = None, second_look: bool = SECOND_LOOK) -> AskOptions:
-        """begin()'s options as the engine's record, checked against each other and the store (its mode when none
-        is named, the --doc globs) without loading a model: `epi ask` refuses a combination before the model loads."""
-        globs = [doc] if isinstance(doc, str) else list(doc) if doc else None
-        options = AskOptions(k=k, mode=mode, neighbours=neighbours, docs=globs, narrow=narrow, short=short,
-                             layered=layered, epman=epman, cold_seconds=cold_seconds, kind=read_kind(read),
-                             answer_tokens=answer_tokens, second_look=second_look)
-        check_pool(pool, layered)
+    def check(self, request: AskRequest) -> Store:
+        """The request against the store, without loading a model: its --doc globs match documents, and its kv-only
+        options the mode it will run in (the store's, when it names none). `epi ask` refuses a combination here,
+        before the model loads. The store, ready and refreshed."""
         st = self._ready()
-        check_doc_globs(st, globs)
-        self.workspace.resolve(st, options)  # the kv-only options against the store's own mode
-        return options
+        check_doc_globs(st, list(request.options.docs or []))
+        self.workspace.resolve(st, request.options)
+        return st
 
-    def ask_stream(self, question: str, on_begin: Callable[[EngineResult], None] | None = None,
+    def ask_stream(self, question: str | AskRequest, on_begin: Callable[[EngineResult], None] | None = None, *,
+                   history: Iterable | None = None, should_stop: Callable[[], bool] | None = None,
                    **options) -> Iterator[str | Answer]:
         """The answer's text as it is generated, piece by piece (str), then the finished Answer. A `SecondLook`
         piece (a str, a blank line) means that the text before it is set aside and the answer begins again (no
@@ -606,8 +568,10 @@ class Archive:
         iterator early stops the generation. `on_begin(result)`: the engine's result once
         retrieval is done, before the answer is read and generated (what will be read: `result.retrieved`)."""
         self._not_answering()
+        request = question if isinstance(question, AskRequest) else \
+            AskRequest.build(question, history=_history(history), **options)
         try:
-            result, stream = self.begin(question, **options)
+            result, stream = self.begin(request, should_stop=should_stop)
             self._answering = True
             if on_begin is not None:
                 on_begin(result)
@@ -630,9 +594,9 @@ class Archive:
         notes, self._notes = self._notes, None
         return answer_of(result, notes)
 
-    def ask(self, question: str, *, k: int = DEFAULT_K, doc: str | list[str] | None = None,
-            read: str = "auto", history: Iterable | None = None, **options) -> Answer:
-        """Answer `question` from the store: the answer, the quotes that support it and the sources it read.
+    def ask(self, question: str | AskRequest, *, history: Iterable | None = None, **options) -> Answer:
+        """Answer `question` (or an AskRequest, engine/ask_options.py) from the store: the answer, the quotes that
+        support it and the sources it read. The keywords, as `epi ask` names them, make the AskRequest:
 
         `k`: events found by similarity (their neighbours come too); `doc`: only documents matching this glob (or
         globs), as `--doc`; `read`: "auto" (the question decides), "lookup" (the best few passages), "whole" (the
@@ -643,7 +607,7 @@ class Archive:
         `answer_tokens`, the most tokens the answer may take (fewer than the default 256, 384 for a part read
         whole, or up to 1,024 for a question about each part in turn, cuts it short)."""
         answer = None
-        for piece in self.ask_stream(question, k=k, doc=doc, read=read, history=history, **options):
+        for piece in self.ask_stream(question, history=history, **options):
             if isinstance(piece, Answer):
                 answer = piece
         assert answer is not None

@@ -1,7 +1,6 @@
 """The `epi` command line: a thin Typer layer over engine.workspace. Rendering lives in render.py, the REPL in repl.py."""
 from __future__ import annotations
 
-import enum
 import json
 import os
 import signal
@@ -18,8 +17,9 @@ from typer.core import TyperGroup
 from . import __version__, continued, render
 from . import background as background_job
 from .api import Archive, check_doc_globs, nothing_to_ingest, parse_size, unknown_event
-from .engine.ask_options import MODES, AskOptions, check_pool
-from .engine.budgets import COLD_PREFILL_SECONDS, DEFAULT_K, SECOND_LOOK
+from .engine.ask_options import (COLD_PREFILL_SECONDS, DEFAULT_EPMAN, DEFAULT_K, DEFAULT_LAYERED, DEFAULT_NEIGHBOURS,
+                                 DEFAULT_READ, DEFAULT_SHORT, MODES, READ_CHOICES, SECOND_LOOK, AskOptions, AskRequest,
+                                 check_pool)
 from .engine.documents.blocks import BLOCK_KINDS
 from .engine.documents.sources import Skipped, discover, document_format
 from .engine.documents.structure import decode as decode_section
@@ -34,7 +34,6 @@ from .engine.kv.keeper import DEFAULT_KIND
 from .engine.llama.models import answer_model as chosen_answer_model
 from .engine.llama.models import change_model_settings, plan_ingest, resolve_model_source
 from .engine.paths import store_path
-from .engine.prompt import check_question_length
 from .engine.retrieval.citations import printable
 from .engine.retrieval.question_kind import QuestionKind
 from .engine.workspace import MAX_EVENT_TOKENS, Workspace, apply_kv_budget
@@ -91,17 +90,7 @@ ShortOpt = Annotated[bool, typer.Option("--short/--no-short", help="A question a
 LayeredOpt = Annotated[bool, typer.Option("--layered", help="kv mode: load a larger pool of retrieved blocks and let each model layer attend only to the blocks its own query selects (EM-LLM/InfLLM; needs epi's patched llama.cpp, see `epi doctor`). Reads blocks whole.")]
 PoolOpt = Annotated[Optional[int], typer.Option("--pool", help="With --layered: tokens of retrieved blocks in the pool, 4,096-48,000 (default: what the answer context holds, ~7,000). A larger pool consults more of the archive: its blocks share positions in lanes (InfLLM), each layer still seeing 3,072 tokens of them; it costs memory (~23 KB a token with the bundled model) and loading time.", show_default=False)]
 ColdOpt = Annotated[float, typer.Option("--cold-seconds", min=0, help="kv mode: the longest a question spends reading events whose KV blocks the answer model does not have yet (they are read from text); past that, passages that match the question are read (a matching sentence with the ones around it, the best first, wherever they lie), the rest left out and named. `epi warm` prepares the blocks ahead; 0: no limit.")]
-class ReadChoice(str, enum.Enum):
-    auto = "auto"
-    lookup = "lookup"
-    whole = "whole"
-    overview = "overview"
-
-    @property
-    def kind(self) -> QuestionKind | None:
-        return None if self is ReadChoice.auto else QuestionKind(self.value)
-
-
+ReadChoice = Enum("ReadChoice", {r: r for r in READ_CHOICES}, type=str)
 ReadOpt = Annotated[ReadChoice, typer.Option("--read", help="How much an answer reads: `lookup` the best few passages; `whole` the part the question names (a chapter, section, file, class), whole; `overview` the map's summaries (`epi map`); `auto` chooses from the question.")]
 KVBudgetOpt = Annotated[Optional[str], typer.Option("--kv-budget", help="Disk the store may use for KV blocks, all models together (e.g. `500MB`, `20GB`, `0`); kept in the store. Default 10GB.", show_default=False)]
 
@@ -273,16 +262,16 @@ def ask(
     question: Annotated[str, typer.Argument(help="Your question, in quotes.", show_default=False)],
     k: Annotated[int, typer.Option("-k", min=1, max=50, help="Events found by similarity, before their neighbours are added.")] = DEFAULT_K,
     mode: Annotated[Optional[Mode], typer.Option(help="`kv` loads the retrieved events' stored KV blocks (the default when the store has them); `text` re-reads their text.", show_default=False)] = None,
-    neighbours: Annotated[int, typer.Option(min=0, max=3, help="Adjacent events added around each hit (temporal contiguity).")] = 1,
-    epman: EpmanOpt = False,
+    neighbours: Annotated[int, typer.Option(min=0, max=3, help="Adjacent events added around each hit (temporal contiguity).")] = DEFAULT_NEIGHBOURS,
+    epman: EpmanOpt = DEFAULT_EPMAN,
     doc: DocOpt = None,
     whole: Annotated[Optional[bool], typer.Option("--whole/--narrow", help="--whole reads the retrieved events whole (kv mode: their stored KV blocks); --narrow only the sentences that match the question best. Default: whole, except with the bundled SmolLM2-135M, which answers better from the narrowed sentences.", show_default=False)] = None,
-    short: ShortOpt = True,
+    short: ShortOpt = DEFAULT_SHORT,
     second_look: SecondLookOpt = SECOND_LOOK,
-    layered: LayeredOpt = False,
+    layered: LayeredOpt = DEFAULT_LAYERED,
     pool: PoolOpt = None,
     cold_seconds: ColdOpt = COLD_PREFILL_SECONDS,
-    read: ReadOpt = ReadChoice.auto,
+    read: ReadOpt = ReadChoice(DEFAULT_READ),
     continue_: Annotated[bool, typer.Option("--continue", "-c", help="A follow-up to the last `epi ask` on this store: the answer model rewrites it into the standalone question it means (shown dimmed) for retrieval, and reads the earlier question and answer too.")] = False,
     store: StoreOpt = None,
     model: ModelOpt = None,
@@ -300,26 +289,21 @@ def ask(
 
     Example:  epi ask "what does the retry policy default to?" -k 5 --doc 'src/*.py'
     """
-    mode = mode.value if mode is not None else None  # the engine takes the plain string
-    check_question_length(question)  # before any loading: a pasted page is refused at once
-    check_pool(pool, layered)
     archive = Archive(store, model, threads, warn=render.warning, on_prepare=render.prepare_progress(quiet=as_json))
     try:
-        # a typo in --doc, or options that cannot run together on this store, fail before the model loads
-        archive.check_options(k=k, mode=mode, neighbours=neighbours, epman=epman, doc=doc,
-                              narrow=None if whole is None else not whole, layered=layered, pool=pool, short=short,
-                              second_look=second_look, cold_seconds=cold_seconds, read=read.value)
         history = continued.last_turns(archive.store_dir) if continue_ else None
         if continue_ and not history:
             raise EpiError("--continue follows up the last `epi ask` on this store, and there is none yet; ask "
                            "the question on its own")
+        # before any loading: a pasted page, or options that cannot run together, are refused at once
+        request = AskRequest.build(question, history=history, k=k, mode=None if mode is None else mode.value,
+                                   neighbours=neighbours, epman=epman, doc=doc,
+                                   narrow=None if whole is None else not whole, layered=layered, pool=pool,
+                                   short=short, second_look=second_look, cold_seconds=cold_seconds, read=read.value)
+        archive.check(request)  # a typo in --doc, or a kv-only option on a store without blocks
         with render.status("loading model", quiet=as_json):
-            archive.workspace.layered_pool = pool or 0
-            archive.load(mode, layered)
-        result, stream = archive.begin(question, k=k, mode=mode, neighbours=neighbours, epman=epman, doc=doc,
-                                       narrow=None if whole is None else not whole, layered=layered, pool=pool,
-                                       short=short, second_look=second_look, cold_seconds=cold_seconds,
-                                       history=history, read=read.value)
+            archive.load(request)
+        result, stream = archive.begin(request)
         if not as_json:
             render.scope(result.scope)
             render.reading(result)
@@ -347,11 +331,11 @@ def ask(
 @handle_errors
 def chat(
     k: Annotated[int, typer.Option("-k", min=1, max=50, help="Events found by similarity per question.")] = DEFAULT_K,
-    epman: EpmanOpt = False,
+    epman: EpmanOpt = DEFAULT_EPMAN,
     doc: DocOpt = None,
-    short: ShortOpt = True,
+    short: ShortOpt = DEFAULT_SHORT,
     second_look: SecondLookOpt = SECOND_LOOK,
-    layered: LayeredOpt = False,
+    layered: LayeredOpt = DEFAULT_LAYERED,
     pool: PoolOpt = None,
     cold_seconds: ColdOpt = COLD_PREFILL_SECONDS,
     store: StoreOpt = None,
@@ -363,7 +347,7 @@ def chat(
     restricts the documents, like `--doc`)."""
     from .repl import run_repl
 
-    check_pool(pool, layered)
+    check_pool(pool, layered)  # each question's AskRequest checks it too (repl.py); here before the model loads
     options = AskOptions(k=k, docs=doc, short=short, layered=layered, epman=epman, cold_seconds=cold_seconds,
                          second_look=second_look)
     ws = Workspace(model, store, threads, warn=render.warning, on_prepare=render.prepare_progress())
@@ -378,7 +362,7 @@ def chat(
                 ws.check_store(st)
                 ws.embedder.load(batches=False)
                 ws.answerer(preload.mode, st, preload.layered)
-            run_repl(ws, st, options, prefetch)
+            run_repl(ws, st, options, pool, prefetch)
     finally:
         ws.close()
 

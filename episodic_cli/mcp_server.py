@@ -35,6 +35,7 @@ from mcp.types import CallToolResult, Resource, TextContent, ToolAnnotations
 
 from . import __version__
 from .api import Answer, Archive, Document, Event, Hit, Quote, SecondLook, Summary, whole_number
+from .engine.ask_options import DEFAULT_K, DEFAULT_READ, READ_CHOICES, AskRequest
 from .engine.errors import EpiError, NotFound
 from .store import StoreError
 
@@ -148,7 +149,7 @@ class Engine:
         async with self.turn(ctx, what):
             return await asyncio.wrap_future(self.pool.submit(fn, self.archive))
 
-    async def ask(self, ctx: Context | None, question: str, **options) -> Answer:
+    async def ask(self, ctx: Context | None, request: AskRequest) -> Answer:
         """The answer, its text streamed to the caller as progress notifications while it is generated."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
@@ -159,8 +160,8 @@ class Engine:
                 loop.call_soon_threadsafe(queue.put_nowait, item)
             try:
                 self._load()
-                for piece in archive.ask_stream(question, should_stop=stop.is_set,
-                                                on_begin=lambda result: put(_Status(reading(result))), **options):
+                for piece in archive.ask_stream(request, should_stop=stop.is_set,
+                                                on_begin=lambda result: put(_Status(reading(result)))):
                     put(piece)
             except BaseException as exc:  # noqa: BLE001 - carried to the event loop, raised there
                 put(_Failure(exc))
@@ -372,7 +373,7 @@ def build_server(engine: Engine, name: str = "epi") -> EpiServer:
 
     @server.tool(annotations=READ_ONLY, structured_output=False)
     @tool_call
-    async def search(query: str, k: int = 5, doc: str | None = None, ctx: Context = None) -> CallToolResult:
+    async def search(query: str, k: int = DEFAULT_K, doc: str | None = None, ctx: Context = None) -> CallToolResult:
         """Find the passages (events) of the archive that match `query`: dense similarity and exact-term search,
         best first. Each comes with its citation (document, chapter or symbol, pages or lines), an excerpt and its
         event id, which `read_event` reads whole. `k`: how many (1-50); `doc`: only documents matching this glob
@@ -384,7 +385,7 @@ def build_server(engine: Engine, name: str = "epi") -> EpiServer:
     @server.tool(annotations=READ_ONLY, structured_output=False)
     @tool_call
     async def ask(question: str, doc: str | None = None,
-                  read: Literal["auto", "lookup", "whole", "overview"] = "auto", k: int = 5,
+                  read: Literal[READ_CHOICES] = DEFAULT_READ, k: int = DEFAULT_K,
                   answer_tokens: int | None = None, ctx: Context = None) -> CallToolResult:
         """Answer a question from the archive with a local model, citing the pages or lines used: the answer, the
         quotes of the sources that support it (or a plain statement that none does) and the sources read, with
@@ -395,7 +396,8 @@ def build_server(engine: Engine, name: str = "epi") -> EpiServer:
         most tokens the answer may take, for a shorter answer sooner (default and most: 256, 384 reading a whole
         part or the map, up to 1,024 for a question about each part in turn)."""
         whole_number(k, "k", 1, MAX_K)  # out of range: the caller's error, not moved into it
-        answer = await engine.ask(ctx, question, doc=doc or None, read=read, k=k, answer_tokens=answer_tokens)
+        request = AskRequest.build(question, doc=doc or None, read=read, k=k, answer_tokens=answer_tokens)
+        answer = await engine.ask(ctx, request)
         log.info("answered in %.2f s (first token %.2f s)", answer.timings.total_s, answer.timings.first_token_s)
         return _result(answer_text(answer), answer.as_json())
 

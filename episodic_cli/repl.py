@@ -20,9 +20,8 @@ from rich.markup import escape
 
 from . import render
 from .api import answer_of, whole_number
-from .engine.ask_options import AskOptions
+from .engine.ask_options import AskOptions, AskRequest
 from .engine.paths import data_dir
-from .engine.prompt import check_question_length
 from .engine.errors import EpiError
 from .engine.retrieval.question_kind import QuestionKind
 from .engine.retrieval.scope import documents_matching
@@ -86,19 +85,20 @@ def line_reader() -> Callable[[], str]:
     return lambda: session.prompt(prompt)
 
 
-def run_repl(ws: Workspace, store: Store, options: AskOptions, prefetch: bool = False) -> None:
-    """The chat: each question answered with `options` (`/k` and `/doc` change them for the questions after).
-    `prefetch`: while the user reads and types, a helper prepares the blocks a follow-up would likely read
-    (chat_prefetch.py; kv mode only)."""
+def run_repl(ws: Workspace, store: Store, options: AskOptions, pool: int | None = None, prefetch: bool = False
+             ) -> None:
+    """The chat: each question an AskRequest with `options` (`/k` and `/doc` change them for the questions after)
+    and `pool`. `prefetch`: while the user reads and types, a helper prepares the blocks a follow-up would likely
+    read (chat_prefetch.py; kv mode only)."""
     ahead = ChatPrefetch(ws, store) if prefetch and ws.resolve(store, options).mode == "kv" else None
     try:
-        _loop(ws, store, options, ahead)
+        _loop(ws, store, options, pool, ahead)
     finally:
         if ahead is not None:
             ahead.close()
 
 
-def _loop(ws: Workspace, store: Store, options: AskOptions, ahead: ChatPrefetch | None) -> None:
+def _loop(ws: Workspace, store: Store, options: AskOptions, pool: int | None, ahead: ChatPrefetch | None) -> None:
     read_line = line_reader()
     history: list[dict[str, str]] = []
     last_sources, last_grouped = [], False
@@ -148,16 +148,14 @@ def _loop(ws: Workspace, store: Store, options: AskOptions, ahead: ChatPrefetch 
                 render.error(f"unknown command {cmd}; /help lists them")
             continue
         # A follow-up ("and how big is it on disk?") is searched for as the standalone question it means, written by
-        # the answer model from the conversation (shown dimmed); a question naming its own chapter, section, page,
-        # file or symbol stands alone.
+        # the answer model from the conversation (shown dimmed; Workspace.answer); a question naming its own
+        # chapter, section, page, file or symbol stands alone.
         try:  # Ctrl-C anywhere in the turn (the rewrite, retrieval, the answer) stops the turn, not the chat
-            check_question_length(line)
+            request = AskRequest(line, history[-2 * HISTORY_TURNS:], options, pool)
             if ahead is not None:
                 ahead.pause()  # the question gets the cores; the helper finishes the event it is preparing
             store.refresh()  # an ingest running beside the chat commits document after document
-            recent = history[-2 * HISTORY_TURNS:]
-            query = ws.condense(recent, line) if recent else line  # a line naming its own place is searched as typed
-            result, stream = ws.ask(store, line, options, history=recent, search=query)
+            result, stream = ws.answer(store, request)
             render.scope(result.scope)
             render.reading(result)
             render.left_cold(result, keeps_blocks=store.kv_budget > 0)

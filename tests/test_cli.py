@@ -42,7 +42,7 @@ def test_ask_json_contract(shared_ask):
     assert set(out) == {"schema_version", "question", "text", "kind", "mode", "supported", "evidence", "sentences",
                         "sources", "timings", "short", "reading", "scope", "search", "left_out", "notes",
                         "first_answer", "narrowed", "retrieved_tokens", "kv_loaded_tokens", "kv_prefilled_tokens",
-                        "kv_relinked_tokens", "layered", "left_out_tokens", "read_as_sentences"}
+                        "layered", "left_out_tokens", "read_as_sentences"}
     assert out["schema_version"] == 1  # the form docs/answer.schema.json describes
     assert out["kind"] == "lookup" and out["reading"] is None and out["search"] is None  # test_whole_scope.py
     assert isinstance(out["sentences"], list)

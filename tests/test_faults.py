@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 import conftest
 from episodic_cli.app import app
-from episodic_cli.engine.prompt import MAX_QUESTION_CHARS
+from episodic_cli.engine.budgets import MAX_QUESTION_CHARS
 from episodic_cli.engine.llama.gguf import describe_damage
 from episodic_cli.engine.llama.models import bundled_model_path
 from episodic_cli.store import Store, StoreError

@@ -5,18 +5,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
-
-import numpy as np
 
 from typer.testing import CliRunner
 
 from conftest import PDF_QUESTION, TEXT_QUESTION, tier_block, tier_block_paths, workspace_for
 from episodic_cli.app import app
-from episodic_cli.engine.answer.records import Answer
 from episodic_cli.engine.ask_options import AskOptions
 from episodic_cli.engine.kv.blocks import decode_block
-from episodic_cli.engine.llama.backend import LlamaSession
 from episodic_cli.store import Store
 
 runner = CliRunner()
@@ -146,48 +141,3 @@ def test_blocks_follow_the_sink_they_were_computed_behind(engine, shared_store):
         block = decode_block(tier_block(st, first, doc).payload)
     ws.close()
     assert block.positions.min() == len(parts[0].tokens)  # document token 0 sat right behind the sink
-
-
-def assembled_logits(answerer, question, retrieved):
-    """The logits the answer's first token is chosen from, after the cache is assembled (nothing generated)."""
-    answer = Answer()
-    for _ in answerer.stream(question, retrieved, None, time.perf_counter(), answer, should_stop=lambda: True):
-        pass
-    return answerer.session.last_logits().copy(), answer
-
-
-def test_relinked_blocks_read_as_the_same_tokens_prefilled_in_place(engine, shared_store, tmp_path):
-    """EPIC's relinking (kv_mode.KVModeAnswerer._relink): with every token of the loaded blocks decoded again, the
-    cache holds what prefilling the same tokens in one go holds, so the first logits match a fresh prefill (tolerance:
-    F16 cells, other batch boundaries). With a few tokens, exactly those are decoded again per block."""
-    store_dir = tmp_path / "store"
-    shutil.copytree(shared_store.store_dir, store_dir)
-    for path in tier_block_paths(store_dir):  # blocks captured by answers: cells are the event text's own tokens
-        path.unlink()
-    ws = workspace_for(engine, store_dir)
-    with Store.open_existing(store_dir) as st:
-        got = ws.retrieve(st, TEXT_QUESTION, 2, 1)
-        answerer = ws.answerer("kv", st)
-        _, first = assembled_logits(answerer, TEXT_QUESTION, got)  # cold: prefilled in place, blocks kept
-        assert first.kv_prefilled_tokens > 0 and first.kv_relinked_tokens == 0
-        answerer.reset()
-        plain, loaded = assembled_logits(answerer, TEXT_QUESTION, got)
-        assert loaded.kv_loaded_tokens == first.kv_prefilled_tokens and loaded.kv_relinked_tokens == 0
-        answerer.relink_tokens = 4
-        answerer.reset()
-        _, four = assembled_logits(answerer, TEXT_QUESTION, got)
-        assert four.kv_relinked_tokens == 4 * len(got)
-        answerer.relink_tokens = 10**6
-        answerer.reset()
-        relinked, every = assembled_logits(answerer, TEXT_QUESTION, got)
-        assert every.kv_relinked_tokens == every.kv_loaded_tokens == loaded.kv_loaded_tokens
-        parts = answerer._plan(TEXT_QUESTION, got, None, None)
-        tokens = np.concatenate([p.tokens if p.retrieved is None else answerer._event_tokens(p) for p in parts])
-        reference = LlamaSession(engine.model, n_ctx=answerer.session.n_ctx)
-        reference.prefill(tokens)
-        expected = reference.last_logits().copy()
-        reference.close()
-    ws.close()
-    assert np.argmax(relinked) == np.argmax(expected)
-    # measured 0.0; the same blocks loaded without relinking differ by ~0.06 (q8_0 cells)
-    assert np.abs(relinked - expected).max() < 0.01 < np.abs(plain - expected).max()

@@ -86,8 +86,11 @@ class _Chat:
             raise KeyboardInterrupt  # Ctrl-C while the follow-up is rewritten
         return line
 
-    def ask(self, store, line, options, history, search):
-        self.asked.append((line, list(history)))
+    def answer(self, store, request):  # Workspace.answer: a follow-up is rewritten, then asked
+        line = request.question
+        if request.turns:
+            self.condense(request.turns, line)
+        self.asked.append((line, list(request.history)))
 
         def stream():
             yield "The keys are "

@@ -123,28 +123,6 @@ def test_a_model_under_a_billion_parameters_looks_a_chapter_question_up(book_sto
     assert asked["kind"] == "whole" and [s["event_id"] for s in asked["sources"]] == _chapter_events(store, 2)
 
 
-def test_the_outline_method_reads_the_whole_chapter_with_its_sentences_in_the_request(book_store):
-    """whole_method="outline" (a benchmark's choice, not the default): the chapter is read whole as before, and the
-    request after its blocks lists sentences of that chapter, in order (engine/retrieval/outline.py)."""
-    from episodic_cli.engine.ask_options import AskOptions
-    from episodic_cli.engine.prompt import whole_scope_request
-    from episodic_cli.engine.retrieval.outline import key_sentences
-    from episodic_cli.engine.workspace import Workspace
-
-    store, _ = book_store
-    ws = Workspace(store=str(store))
-    with Store.open_existing(store) as st:
-        result, stream = ws.ask(st, "Summarise chapter 2.", AskOptions(whole_method="outline"))
-        text = "".join(stream)
-        chapter = [e for e in st.get_events(_chapter_events(store, 2), [])]
-    ws.close()
-    assert text.strip() and result.reading.startswith("read all of ch. 2")
-    outline = key_sentences([e.text for e in sorted(chapter, key=lambda e: e.ordinal)])
-    assert outline and all(" ".join(s.split()) in " ".join(" ".join(e.text for e in chapter).split()) for s in outline)
-    request = whole_scope_request("Summarise chapter 2.", "ch. 2", True, False, outline)
-    assert request.index(outline[0]) < request.index(outline[-1]) < request.index("(The sources are")
-
-
 def test_an_explanation_reads_the_section_its_best_passage_sits_in(book_store):
     store, _ = book_store
     result = runner.invoke(app, ["ask", "Explain how the miller Oskar Brandt betrayed his brother.", "--store",

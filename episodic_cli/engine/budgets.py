@@ -4,6 +4,11 @@ docs/layered.md.
 """
 ANSWER_CONTEXT = 8192  # the answer context, or the model's training window if that is shorter
 ANSWER_TOKENS = 256  # the longest answer
+# The longest question epi takes, in characters. Retrieval embeds at most 256 word pieces of it (MiniLM's limit,
+# about 1,000 characters of English) and the model prefills all of it before the first answer token: at ~4
+# characters a token, 2,000 characters are ~500 tokens, about a second on 2 CPU cores; 20,000 took ~23 s. A longer
+# question is refused, not cut: a pasted page usually ends with the actual question, which a cut would drop.
+MAX_QUESTION_CHARS = 2000
 QUESTION_ROOM = 768  # positions kept after the sources for the question part (and chat history)
 # Beside a question longer than QUESTION_ROOM (2,000 characters of emoji are ~6,000 tokens): what the prompt adds to
 # its words (system rules, chat template, a heading per source), so that the sources are cut to the room left.
@@ -15,9 +20,6 @@ EVIDENCE_BUDGET = 3072  # tokens of retrieved events an answer reads at most
 # "Cold answers").
 COLD_PREFILL_SECONDS = 10.0
 WARM_RUN_TOKENS = EVIDENCE_BUDGET  # `epi warm` prefills runs of consecutive events of about this many tokens
-# A loaded block's first tokens decoded again at its new place (EPIC; engine/answer/kv_mode.py): 0 = off until the
-# held-out sets show it helps (docs/evaluation.md, "Relinking block heads").
-RELINK_TOKENS = 0
 # Hits per question (`-k`), before neighbours: k=5 answered as well as k=3 on every held-out set and better on one
 # (docs/evaluation.md, "k=5 instead of 3").
 DEFAULT_K = 5
@@ -41,28 +43,16 @@ WHOLE_ANSWER_TOKENS = 384
 # many tokens a part summary read, from WHOLE_ANSWER_TOKENS up to the cap (about two minutes of decoding on 2 cores).
 EVERY_PART_LINE_TOKENS = 24
 EVERY_PART_ANSWER_TOKENS = 1024
-# How a part is read whole: "read" (at once) or "notes" (map-reduce: notes on chunks of NOTES_CHUNK_TOKENS, each at
-# most NOTE_TOKENS long, then the answer from the notes; engine/answer/notes.py). Chunk and note sizes were set
-# before any run: half a lookup's evidence budget, and a note of a few sentences (docs/heldout.md).
-WHOLE_METHOD = "read"
-NOTES_CHUNK_TOKENS = EVIDENCE_BUDGET // 2
-NOTE_TOKENS = 160
 # The map (engine/answer/map_writer.py): a summary's longest length, and the size of the parts a document without
 # chapters, sections or files is cut into.
 SUMMARY_TOKENS = 200
 MAP_PART_TOKENS = 6000
 # An overview question reads at most this many characters of the map's summaries (about 4 characters a token).
 OVERVIEW_CHARS = 4 * 6000
-# A document or folder asked about by its name (retrieval/named_whole.py): what it reads. "boost" (the default):
-# found as any question is, within that document or folder, its own opening (its README's first events, up to
-# NAMED_OPENING_TOKENS) ranked first; "map": its summaries, then its opening; "whole": it itself from its blocks,
-# as far as the whole context holds. On three blind sets the map answered worst and "boost" no worse than before
-# (docs/heldout.md, "A whole named by its name").
-NAMED_WHOLE_READ = "boost"
+# A document or folder asked about by its name (retrieval/named_whole.py) is found as any question is, within that
+# document or folder, its own opening (its README's first events, up to this many tokens) ranked first: on three
+# blind sets no worse than before, where its map answered worst (docs/heldout.md, "A whole named by its name").
 NAMED_OPENING_TOKENS = 512
-# Rank the retrieval's candidates a third time, by their best sentence (retrieval/passage_rank.py); measured on
-# every lookup set (docs/heldout.md, "Candidates ranked by their best sentence").
-PASSAGE_RANKING = True
 # A lookup answered from whole blocks whose own words no sentence of the sources holds (evidence.support) is answered
 # again from the passages that match the question best, read as text, in at most SECOND_LOOK_TOKENS: what a cold
 # question reads in COLD_PREFILL_SECONDS at the bundled model's ~60 tokens/s on 2 cores, the room cold answers were

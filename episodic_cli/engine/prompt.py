@@ -6,11 +6,9 @@ it behind, so the sink belongs to neither of them.
 from __future__ import annotations
 
 import re
-import string
 
 import numpy as np
 
-from .errors import EpiError
 from .llama.backend import LlamaModel
 from .retrieval.citations import citation
 from .retrieval.retrieve import RetrievedEvent
@@ -20,11 +18,6 @@ SYSTEM_PROMPT = (
     "Copy names, numbers and identifiers exactly as they are written in the sources. "
     "Answer briefly. If the sources do not contain the answer, say that the documents do not say."
 )
-# The longest question epi takes, in characters. Retrieval embeds at most 256 word pieces of it (MiniLM's limit,
-# about 1,000 characters of English) and the model prefills all of it before the first answer token: at ~4
-# characters a token, 2,000 characters are ~500 tokens, about a second on 2 CPU cores; 20,000 took ~23 s. A longer
-# question is refused, not cut: a pasted page usually ends with the actual question, which a cut would drop.
-MAX_QUESTION_CHARS = 2000
 # Splits kv mode's rendered template at block places; no document or question text keeps control characters.
 BLOCK_MARK = "\x1f"
 
@@ -38,21 +31,6 @@ def numbered_sources(sources: list[tuple[str, str]]) -> str:
 def sources_turn(question: str, sources: list[tuple[str, str]]) -> str:
     """The user turn of a text-mode prompt: the numbered sources, then the question last."""
     return f"Sources:\n\n{numbered_sources(sources)}\n\nQuestion: {question}"
-
-
-def check_question_length(question: str) -> None:
-    """Refuses, before anything loads, a question that is empty, has no words ("???") or is too long to be one."""
-    if not question.strip():
-        raise EpiError("the question is empty")
-    try:
-        question.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate (a broken paste, an MCP client's bad JSON): no tokenizer takes it
-        raise EpiError("the question holds characters that are not text (a lone surrogate); type it again") from None
-    if all(ch in string.punctuation or ch.isspace() for ch in question):  # "???", "..."; an emoji is a word here
-        raise EpiError(f"the question {question.strip()[:40]!r} has no words: ask it in words")
-    if len(question) > MAX_QUESTION_CHARS:
-        raise EpiError(f"the question is {len(question):,} characters long; epi takes at most {MAX_QUESTION_CHARS:,} "
-                       "(retrieval reads about the first 1,000): ask it in fewer words")
 
 
 def clean_question(question: str) -> str:
@@ -121,7 +99,7 @@ def asks_how(question: str) -> bool:
 
 
 def _whole_focus(question: str, code: bool) -> str:
-    """What a whole answer (or a note on part of one) should cover for this kind of question."""
+    """What a whole answer should cover for this kind of question."""
     lowered = question.lower()
     if asks_how(question):
         return "how it works, step by step, with the conditions and values that decide each step"
@@ -132,34 +110,13 @@ def _whole_focus(question: str, code: bool) -> str:
     return "what happens or what it explains, in order, naming who and what is involved"
 
 
-def whole_scope_request(question: str, described: str, complete: bool, code: bool,
-                        outline: list[str] | None = None) -> str:
+def whole_scope_request(question: str, described: str, complete: bool, code: bool) -> str:
     """A question about a part as a whole, with what the sources are (all of it, or parts and summaries) and what a
-    whole answer should cover for this kind of question. `outline`: one sentence from each stretch of the part, in
-    order (engine/retrieval/outline.py), for the answer to follow from start to end."""
+    whole answer should cover for this kind of question."""
     what = f"all of {described}, in order" if complete else (
         f"the parts of {described} that match the question best, in order, and summaries of the rest")
-    course = ""
-    if outline:
-        listed = "\n".join(f"{i}. {s}" for i, s in enumerate(outline, 1))
-        course = (f"\n\nSentences from its beginning, middle and end, in order:\n{listed}\n\nCover the whole "
-                  "course of it, from the first of these to the last.")
-    return (f"{question}{course}\n\n(The sources are {what}. Answer from the whole of them, not only the last one, "
+    return (f"{question}\n\n(The sources are {what}. Answer from the whole of them, not only the last one, "
             f"in a few sentences: {_whole_focus(question, code)}. Use the names exactly as the sources write them.)")
-
-
-def notes_request(question: str, part: int, parts: int, code: bool) -> str:
-    """Map-reduce's note on one chunk of a part read whole (engine/answer/notes.py)."""
-    return (f"Take notes on the source above (part {part} of {parts}) for this question: {question}\n"
-            f"In 2-5 short sentences, say in order what this part says that bears on it: "
-            f"{_whole_focus(question, code)}. Use the names exactly as the source writes them.")
-
-
-def notes_answer_request(question: str, described: str, code: bool) -> str:
-    """The answer written from the notes on each chunk of a part (engine/answer/notes.py)."""
-    return (f"{question}\n\n(The sources are notes taken on {described}, part by part, in order. Answer from all of "
-            f"them in a few sentences: {_whole_focus(question, code)}. Use the names exactly as the notes write "
-            "them.)")
 
 
 def overview_request(question: str, every_part: bool = False) -> str:

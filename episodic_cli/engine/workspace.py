@@ -15,16 +15,15 @@ from pathlib import Path
 from ..store import Store, StoreIdentity, StoreMismatchError
 from .answer.kv_mode import KVModeAnswerer, PrepareProgress, event_block_key
 from .answer.layered import LayeredAnswerer
-from .answer.notes import NoteTaker, stream_notes_answer
 from .answer.prefetch import likely_next, retrieved_event
 from .answer.records import Answer, SecondLook
 from .answer.short_answer import answer_spans, asks_for_a_fact
 from .answer.text_mode import TextModeAnswerer
-from .ask_options import AskOptions
+from .ask_options import AskOptions, AskRequest
 from .budgets import (ANSWER_CONTEXT, ANSWER_TOKENS, EVERY_PART_ANSWER_TOKENS, EVERY_PART_LINE_TOKENS,
                       EVIDENCE_BUDGET, LAYER_BUDGET, LAYERED_ANCHOR_TOKENS, LAYERED_POOL_K, MAX_POOL, MIN_SOURCE_ROOM,
-                      NAMED_OPENING_TOKENS, NAMED_WHOLE_READ, NOTE_TOKENS, NOTES_CHUNK_TOKENS, OVERVIEW_CHARS,
-                      PASSAGE_RANKING, PROMPT_OVERHEAD, QUESTION_ROOM, RELINK_TOKENS, SECOND_LOOK_TOKENS,
+                      NAMED_OPENING_TOKENS, OVERVIEW_CHARS,
+                      PROMPT_OVERHEAD, QUESTION_ROOM, SECOND_LOOK_TOKENS,
                       SUMMARY_TOKENS, WARM_RUN_TOKENS, WHOLE_ANSWER_TOKENS, WHOLE_CONTEXT)
 from .embed.embedder import EMBED_DIM, EMBEDDER_NAME, KNOWN_NAMES, Embedder
 from .embed.reembed import ReembedProgress, reembed
@@ -52,13 +51,12 @@ from .retrieval.weights import episodic_weights
 from .answer.map_writer import MapProgress, MapWriter
 from .answer.claim_check import CHECKING_PARAMS, MAX_CHECKED, STATED_AT, ClaimChecker
 from .answer.condense import Condenser, search_for
-from .prompt import asks_how, each_section_request, notes_answer_request, overview_request, whole_scope_request
+from .prompt import each_section_request, overview_request, whole_scope_request
 from .retrieval.named_whole import NamedWhole, named_whole, opening_document
 from .retrieval.question_kind import QuestionKind, asks_each_part, classify
 from .retrieval.summary_sources import overview as overview_summaries
 from .retrieval.summary_sources import summary_sources
 from .retrieval.whole_scope import enclosing, read_scope, read_sections
-from .retrieval.outline import MAX_WORDS, OUTLINE_SENTENCES, key_sentences
 
 LAYERED_UNAVAILABLE = ("--layered needs epi's patched llama.cpp, and this llama-cpp-python lacks the patch: run "
                        "./install.sh from epi's source folder (`epi doctor` says whether the patch is in)")
@@ -82,7 +80,6 @@ class AskResult:
     reading: str | None = None  # what a whole-scope or overview answer read: "read all of ch. 12, 7,930 tokens"
     search: str | None = None   # what retrieval looked for, when not the question (a chat follow-up's rewrite)
     embed: Callable[[str], object] | None = None  # the question encoder, for evidence by meaning (support_by_sentence)
-    notes: list[str] | None = None  # a part read in chunks, notes on each, then the answer: the notes (answer/notes.py)
     # (sentence, quotes) -> the answer model's probability that the quotes state it (answer/claim_check.py), or
     # None when it could not be checked
     check_claim: Callable[[str, list[str]], float | None] | None = None
@@ -219,8 +216,6 @@ class Workspace:
         # --layered: tokens of retrieved blocks in the pool (0: what the answer context holds, laid out in order;
         # more: lanes sharing positions, engine/answer/layered.py, each layer still seeing LAYER_BUDGET of them)
         self.layered_pool = 0
-        # kv mode: each loaded block's first tokens decoded again at their new place (engine/answer/kv_mode.py)
-        self.relink_tokens = RELINK_TOKENS
         # each answer's retrieved events counted in the store's retrievals.log (store/retrieval_log.py), the order
         # `epi warm` prepares blocks in; `epi mcp` turns it off: the server writes nothing but KV blocks
         self.record_retrievals = True
@@ -400,7 +395,7 @@ class Workspace:
                     raise ValueError("kv mode answers from a store's KV tier: pass the store")
                 self._answerers[key] = KVModeAnswerer(self.model, n_ctx, self.block_keeper(store), self.threads,
                                                        self.warn, sink_dir=cache_dir() / "kv-sinks",
-                                                       on_prepare=self.on_prepare, relink_tokens=self.relink_tokens)
+                                                       on_prepare=self.on_prepare)
             else:
                 self._answerers[key] = TextModeAnswerer(self.model, n_ctx, self.threads)
             self._answerers[key].session.warm_up()
@@ -443,9 +438,10 @@ class Workspace:
         if token_budget is None:
             token_budget = self.pool_tokens() if pool else min(EVIDENCE_BUDGET, self.room())
         damaged: list = []
+        # the candidates are ranked a third time by their best sentence (docs/heldout.md, "Candidates ranked by their
+        # best sentence")
         found = retrieve(store, query, text, k, neighbours, token_budget=token_budget, allowed=scope.allowed,
-                         boosted=scope.boosted, damaged=damaged,
-                         passage_ranking=partial(best_sentence_ranking, text) if PASSAGE_RANKING else None)
+                         boosted=scope.boosted, damaged=damaged, passage_ranking=partial(best_sentence_ranking, text))
         # A damaged event costs the answer that event, not the answer: it is named with what restores it.
         if damaged and not found:
             raise damaged[0]  # nothing left to answer from: the one-line error names the event and the remedy
@@ -483,6 +479,16 @@ class Workspace:
                       f"retrieved events for each question (about {EVIDENCE_BUDGET / rate:,.0f} s for "
                       f"{EVIDENCE_BUDGET:,} tokens on this machine) instead of loading their KV blocks")
         return replace(options, mode="text", cold_seconds=None, second_look=False)
+
+    def answer(self, store: Store, request: AskRequest, *, should_stop: Callable[[], bool] | None = None
+               ) -> tuple[AskResult, Iterator[str]]:
+        """A face's request (`epi ask`, `epi chat`, Archive, `epi mcp`): its pool sizes the layered answerer, and a
+        follow-up is searched as the standalone question it means (condense) while the model reads it as asked."""
+        self.layered_pool = request.pool or 0
+        turns = request.turns
+        search = self.condense(turns, request.question) if turns else None
+        return self.ask(store, request.question, request.options, history=turns, search=search,
+                        should_stop=should_stop)
 
     def ask(self, store: Store, question: str, options: AskOptions = AskOptions(), *,
             history: list[dict[str, str]] | None = None, search: str | None = None,
@@ -545,7 +551,7 @@ class Workspace:
         if kind in (None, QuestionKind.OVERVIEW, QuestionKind.WHOLE) \
                 and not (options.layered or options.epman or parsed.structural or scope.titled):
             named = named_whole(store, search, set(documents_matching(store, options.docs)) if options.docs else None)
-        if named is not None and kind is None and NAMED_WHOLE_READ == "boost":
+        if named is not None and kind is None:
             # found as before, within the named whole, its own opening ranked first. "The tenacity package" is the
             # folder named, not the files scope.py guesses from the word (its __init__.py)
             if parsed.files:
@@ -562,7 +568,7 @@ class Workspace:
         scope = self._one_document(store, search, scope)
         if kind is None:  # a model too small to gain from reading a part whole, or from the map, looks every one up
             kind = (QuestionKind.LOOKUP if options.layered or options.epman or not self.reads_whole_parts
-                    else QuestionKind.OVERVIEW if named is not None else classify(search, parsed, scope.titled))
+                    else classify(search, parsed, scope.titled))
         if kind is QuestionKind.WHOLE:
             found = None
             if asks_each_part(search):  # "each section of chapter 3": its sections' summaries, where the map has them
@@ -578,12 +584,8 @@ class Workspace:
                 self.warn("--read whole reads the part a question names, and this one names no chapter, section, "
                           "page, file or symbol found in the archive; answered from the best passages instead")
         elif kind is QuestionKind.OVERVIEW:
-            found = None
-            if named is not None and NAMED_WHOLE_READ == "whole":  # read it, not its summaries (a variant)
-                found = self._ask_named_whole(store, question, search, scope, named, options, history, started,
-                                              should_stop)
-            found = found or self._ask_overview(store, question, search, scope, options, history, started,
-                                                should_stop, named)
+            found = self._ask_overview(store, question, search, scope, options, history, started, should_stop,
+                                       named)
             if found is None and named is not None:  # no map of it yet: the named whole itself, as far as it fits
                 found = self._ask_named_whole(store, question, search, scope, named, options, history, started,
                                               should_stop)
@@ -781,42 +783,20 @@ class Workspace:
         parsed = parse_scope(search)
         what = scope.described or ", ".join(".".join(s) for s in parsed.symbols) or "the part named"
         text = scope.query or search
-        # `whole_method="outline"`: room for the outline too, at its longest (its sentences are chosen once the part
-        # is read). Not the default: one more partial answer of 7 on an unseen set, the first token 2-3 s later
-        # (docs/heldout.md, "An outline of the chapter in the request").
-        outlined = options.whole_method == "outline" and not asks_how(question)
-        placeholder = [" ".join(["word"] * MAX_WORDS)] * OUTLINE_SENTENCES if outlined else None
-        request = whole_scope_request(question, what, False, False, placeholder)
+        request = whole_scope_request(question, what, False, False)
         reading = read_scope(store, ids, self.embedder.embed_query(text), text, self._whole_room(request, history),
                              tokens_of=lambda t: len(self.model.tokenize(t)))
         code = all(r.document.kind == "code" for r in reading.events if r.summary is None)
-        outline = key_sentences([r.event.text for r in reading.events if r.summary is None]) \
-            if outlined and not code else None
-        request = whole_scope_request(question, what, reading.complete, code, outline)
+        request = whole_scope_request(question, what, reading.complete, code)
         retrieved = reading.events
         answer = self._begin_part_answer(store, scope, retrieved, started)
         mode = options.mode
         result = AskResult(question, mode, retrieved, answer, scope, kind=kind,
                            reading=reading.described(what), search=search if search != question else None)
         answerer = self.answerer(mode, store, whole=True)
-        max_tokens = capped(WHOLE_ANSWER_TOKENS, options.answer_tokens)
-        if options.whole_method == "notes" and mode == "kv" and reading.read_tokens > NOTES_CHUNK_TOKENS * 3 // 2:
-            result.reading += ", with notes on each part"
-            return result, self._timing_cold(self._notes_then_answer(
-                answerer, result, what, code, history, started, should_stop, max_tokens), answerer)
-        stream = answerer.stream(request, retrieved, history, started, answer, max_tokens=max_tokens,
-                                 should_stop=should_stop)
+        stream = answerer.stream(request, retrieved, history, started, answer,
+                                 max_tokens=capped(WHOLE_ANSWER_TOKENS, options.answer_tokens), should_stop=should_stop)
         return result, self._timing_cold(stream, answerer)
-
-    def _notes_then_answer(self, answerer, result: AskResult, what: str, code: bool,
-                           history: list[dict[str, str]] | None, started: float,
-                           should_stop: Callable[[], bool] | None, max_tokens: int) -> Iterator[str]:
-        """Map-reduce (engine/answer/notes.py): notes on each chunk of what was read, then the answer from them."""
-        taker = NoteTaker(answerer, NOTES_CHUNK_TOKENS, NOTE_TOKENS)
-        notes = taker.notes(result.question, result.retrieved, code, should_stop)
-        result.notes = [text for _, text in notes]
-        yield from stream_notes_answer(answerer, notes_answer_request(result.question, what, code), notes, history,
-                                       started, result.answer, max_tokens, should_stop)
 
     def _ask_overview(self, store: Store, question: str, search: str, scope: Restriction, options: AskOptions,
                       history: list[dict[str, str]] | None, started: float,

@@ -9,8 +9,9 @@ import re
 
 import numpy as np
 
+from ..budgets import MAX_QUESTION_CHARS
 from ..llama.backend import LlamaModel, LlamaSession
-from ..prompt import MAX_QUESTION_CHARS, condense_messages
+from ..prompt import condense_messages
 
 CONDENSE_CONTEXT = 2048  # the conversation's last turns and the follow-up; longer turns are cut from the front
 CONDENSE_TOKENS = 64     # a question, not an answer

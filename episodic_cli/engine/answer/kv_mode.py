@@ -13,9 +13,6 @@ The prompt is the chat template rendered around placeholders, in three parts:
   only part of the archive, a damaged block) is prefilled from its text in place, at its packed position in the same
   cache (consecutive cold events in one prefill); its cells are then captured and offered to the tier, so the next
   answer that retrieves it loads it (lazy materialisation).
-* With `relink_tokens` > 0, each loaded block's first tokens are decoded again at their new place (EPIC's
-  LegoLink): a block was encoded behind other text than what now precedes it, and its first cells carry most of that
-  mismatch. Cost: relink_tokens per loaded block (docs/evaluation.md, "Relinking block heads").
 * Only the question part is decoded. Earlier chat turns go there too, after the blocks, so that the sink and the
   blocks stay a stable prefix: in `epi chat` a follow-up keeps whatever prefix of the cache it shares with the
   previous question and loads only what changed.
@@ -35,8 +32,8 @@ import numpy as np
 from ...native import RopeShift
 from ...store import StoreError
 from ...store.kv_tier import BlockCorruptError, StoredBlock, block_key
-from ..budgets import ANSWER_TOKENS, RELINK_TOKENS
-from ..kv.blocks import (STAGING_SEQ, KVFormatError, ParsedBlock, decode_block, encode_block, load_block,
+from ..budgets import ANSWER_TOKENS
+from ..kv.blocks import (KVFormatError, ParsedBlock, decode_block, encode_block, load_block,
                          session_v_trans, state_blob_from_payload)
 from ..kv.keeper import BlockKeeper, read_cells
 from ..kv.keys import k_shift
@@ -72,9 +69,8 @@ class KVModeAnswerer:
 
     def __init__(self, model: LlamaModel, n_ctx: int, keeper: BlockKeeper, n_threads: int | None = None,
                  warn: Callable[[str], None] | None = None, sink_dir: Path | None = None,
-                 on_prepare: PrepareProgress | None = None, relink_tokens: int = RELINK_TOKENS):
+                 on_prepare: PrepareProgress | None = None):
         self.model = model
-        self.relink_tokens = relink_tokens
         self.session = self._new_session(n_ctx, n_threads)
         self.keeper = keeper
         self.tier = keeper.tier
@@ -138,7 +134,6 @@ class KVModeAnswerer:
                     cold.append((part, tokens))
                     continue
                 answer.kv_loaded_tokens += end - pos
-                answer.kv_relinked_tokens += self._relink(part, pos, end)
                 pos = self._append(part.key, end)
                 continue
             pos = self._prepare_cold(cold, pos, answer)
@@ -259,27 +254,6 @@ class KVModeAnswerer:
             self._discard(part, str(exc))
             return None
         return end
-
-    def _relink(self, part: Part, pos: int, end: int) -> int:
-        """Decode the first `relink_tokens` of a block just loaded at `pos` again, in place: they now attend to the
-        sink and the blocks before them, while the rest of the block keeps its stored cells. The tokens decoded."""
-        n = min(self.relink_tokens, end - pos)
-        if n <= 0:
-            return 0
-        tokens = self._event_tokens(part)
-        if len(tokens) != end - pos:  # not this model's tokens of the event: leave the block as stored
-            return 0
-        # llama.cpp decodes a sequence only at its next position: the head is decoded in the staging sequence, which
-        # shares the cells before the block (metadata only, unified cache), then handed to sequence 0.
-        mem = self.session.memory
-        L.llama_memory_seq_rm(mem, 0, pos, pos + n)
-        L.llama_memory_seq_cp(mem, 0, STAGING_SEQ, 0, pos)
-        try:
-            self.session.decode(tokens[:n], pos, outputs=np.zeros(n, dtype=np.int8), seq=STAGING_SEQ)
-            L.llama_memory_seq_cp(mem, STAGING_SEQ, 0, pos, pos + n)
-        finally:
-            L.llama_memory_seq_rm(mem, STAGING_SEQ, -1, -1)
-        return n
 
     def _prepare_cold(self, cold: list[tuple[Part, np.ndarray]], pos: int, answer: Answer) -> int:
         """Prefill the cold events' text at `pos` in one go, then capture each event's cells and offer them to the

@@ -66,7 +66,6 @@ class Answer:
     reused_tokens: int = 0    # of those, kept in the cache from the previous question (kv mode in chat)
     kv_loaded_tokens: int = 0     # kv mode: retrieved tokens loaded from stored KV blocks
     kv_prefilled_tokens: int = 0  # kv mode: retrieved tokens prefilled from text (cold events, then kept if room)
-    kv_relinked_tokens: int = 0  # kv mode: loaded blocks' first tokens decoded again at their place (relink_tokens)
     layered: LayeredReport | None = None  # --layered: what each layer's selection did (answer/layered.py)
     short: str | None = None  # the evidence span the answer starts with (short_answer.py); None: free answer
     timings: Timings = field(default_factory=Timings)

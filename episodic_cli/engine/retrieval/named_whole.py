@@ -16,8 +16,8 @@ archive gives its wholes:
 Names are compared case, spacing and `-`/`_` aside, and with a leading "GNU" or "python" on either side optional
 ("gzip" is "GNU gzip", "dotenv" is "python-dotenv"). The shapes were first written from how people ask, then
 widened once from the misses of two blind sets; a third measured them (docs/heldout.md, "A whole named by its
-name"). What such a question then reads is the workspace's (budgets.NAMED_WHOLE_READ); `opening_document` gives
-the document whose opening it reads first. Plain engine module: no model.
+name"). Such a question is then found within what it names, and `opening_document` gives the
+document whose opening is ranked first. Plain engine module: no model.
 """
 from __future__ import annotations
 
