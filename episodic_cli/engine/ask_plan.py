@@ -96,7 +96,12 @@ def _kind(search: str, options: AskOptions, parsed: Scope, titled: bool, catalog
         return QuestionKind.LOOKUP, "the answer model is too small to gain from reading a part whole or the map"
     # "the tenacity package" names the folder found as a whole, not the files scope.py guesses from the word
     kind = classify(search, replace(parsed, files=[]) if boost and parsed.files else parsed, titled)
-    return kind, f"the question asks for {'an ' if kind is QuestionKind.OVERVIEW else 'a '}{kind.value}"
+    return kind, f"the question asks {_ASKS[kind]}"
+
+
+# What a question of each kind asks for, as a plan's reason says it (engine/retrieval/question_kind.py judges it).
+_ASKS = {QuestionKind.LOOKUP: "for a fact or a passage", QuestionKind.WHOLE: "about a part as a whole",
+         QuestionKind.OVERVIEW: "about a document or the archive as a whole", QuestionKind.EXPLAIN: "for an explanation"}
 
 
 def plan(search: str, options: AskOptions, parsed: Scope, titled: bool, catalogue: Catalogue) -> Plan:

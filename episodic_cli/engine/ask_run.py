@@ -70,6 +70,10 @@ class AskResult:
     plan: Plan | None = None
     answered_by: int | None = None
 
+    def plan_steps(self) -> list[dict[str, str | None]] | None:
+        """The plan's steps in order, each with what became of it (Plan.outcomes); None: answered without a plan."""
+        return None if self.plan is None else self.plan.outcomes(self.answered_by)
+
     def verify(self) -> list[SentenceSupport]:
         """Check the answer's quotes with the answer model: with `check_claim`, in an answer of several sentences
         (one sentence is shown with support() instead), a sentence whose quotes the answer model doubts state it is
