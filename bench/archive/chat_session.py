@@ -3,10 +3,10 @@ answers as rows to grade against their rubrics (issue 57, item 4).
 
 The questions (bench/archive/chat_questions.json) are threads of a first question and follow-ups. Each turn goes
 through the public path `epi chat` takes: one `Archive` (episodic_cli/api.py) holding the model, embedder and index
-for the whole session, loaded before the first question as `epi chat` loads them, and `Archive.ask_stream` with the
-conversation so far, kept as episodic_cli/repl.py keeps it (the last TURNS_KEPT question/answer pairs, the answer as
-streamed); the API rewrites a follow-up into the standalone search it means, as the REPL does, and the Answer says
-what it searched for. A new thread starts with no history, as `/reset` does.
+for the whole session, loaded before the first question as `epi chat` loads them, and `Archive.ask_stream` of the
+AskRequest episodic_cli/repl.py makes: the question, the last TURNS_KEPT question/answer pairs (the answer as
+streamed) and `epi chat`'s default options. The engine rewrites a follow-up into the standalone search it means, as
+for the REPL, and the Answer says what it searched for. A new thread starts with no history, as `/reset` does.
 
 Per turn: first-token and whole-answer seconds seen from the caller (the rewrite, retrieval and prefill included; the
 engine's own timings beside them), the answer, its sources (document and citation), the rewritten search, and this
@@ -32,6 +32,7 @@ from pathlib import Path
 
 from episodic_cli import Answer, Archive, EpiError, StoreError
 from episodic_cli.continued import TURNS_KEPT
+from episodic_cli.engine.ask_options import AskOptions, AskRequest
 
 HERE = Path(__file__).resolve().parent
 PEAK_TURN = 5       # the issue compares the peak after this turn with the peak after the last (the 20th)
@@ -54,12 +55,12 @@ def squashed(text: str) -> str:
 
 def ask_turn(archive: Archive, question: str, history: list[dict[str, str]]) -> dict:
     """One turn as the REPL answers it: the stream read to its end, the quotes checked (ask_stream does both), timed
-    from the caller's side. `history` is what the REPL would pass: the last TURNS_KEPT pairs, or none."""
+    from the caller's side. `history`: the last TURNS_KEPT pairs, or none; `epi chat`'s options with no flags."""
     pieces: list[str] = []
     answer: Answer | None = None
     first = stream_end = None
     start = time.perf_counter()
-    for piece in archive.ask_stream(question, history=history or None):
+    for piece in archive.ask_stream(AskRequest(question, history, AskOptions(), None)):
         now = time.perf_counter() - start
         if isinstance(piece, Answer):
             answer = piece
