@@ -16,7 +16,7 @@ grade, with whether the gold file and excerpt were among the sources read.
 
     nice -n 5 python3 bench/archive/chat_session.py --store /work/epi-1m/store \
         [--model qwen-1.5b] [--questions bench/archive/chat_questions.json] \
-        [--out bench/results/archive-1m/chat-session.json] [--threads N] [--only THREAD ...]
+        [--out FILE.json] [--threads N] [--only THREAD ...]
 """
 from __future__ import annotations
 
