@@ -12,15 +12,17 @@ from typing import TYPE_CHECKING
 
 from ..store import Store
 from .answer.claim_check import MAX_CHECKED, STATED_AT
-from .answer.kv_mode import KVModeAnswerer
+from .answer.kv_mode import KVModeAnswerer, event_block_key
 from .answer.records import Answer, SecondLook
 from .answer.short_answer import answer_spans, asks_for_a_fact
 from .ask_options import AskOptions
 from .ask_plan import Catalogue, Plan, plan, seeks_named_whole
 from .budgets import (ANSWER_TOKENS, EVERY_PART_ANSWER_TOKENS, EVERY_PART_LINE_TOKENS, EVIDENCE_BUDGET,
-                      LAYERED_ANCHOR_TOKENS, NAMED_OPENING_TOKENS, OVERVIEW_CHARS, PROMPT_OVERHEAD, QUESTION_ROOM,
-                      SECOND_LOOK_TOKENS, WHOLE_ANSWER_TOKENS)
+                      LAYERED_ANCHOR_TOKENS, LAYERED_POOL_K, MAX_POOL, NAMED_OPENING_TOKENS, OVERVIEW_CHARS,
+                      PROMPT_OVERHEAD, QUESTION_ROOM, SECOND_LOOK_TOKENS, WHOLE_ANSWER_TOKENS)
 from .errors import EpiError
+from .llama import prefill_rate
+from .llama.backend import default_threads
 from .prompt import each_section_request, overview_request, whole_scope_request
 from .retrieval import cold_reading
 from .retrieval.evidence import SentenceSupport, Support, readable, support, support_by_sentence
@@ -51,7 +53,7 @@ class AskResult:
     scope: Restriction | None = None  # the chapter/section/page/file/--doc the question was restricted to
     focus: list[tuple[int, list[tuple[int, int]]]] | None = None  # the sentences the answer read (evidence.narrow)
     # retrieved events left out because the answer model has no block for them yet and reading them from text would
-    # take longer than the question may (Workspace.fit_cold)
+    # take longer than the question may (fit_cold)
     left_cold: list[RetrievedEvent] = field(default_factory=list)
     # of the events read, those without a block read only as passages that match the question, for the same reason
     cold_passages: list[RetrievedEvent] = field(default_factory=list)
@@ -261,7 +263,7 @@ def read_lookup(a: Asking) -> Found:
                                             token_budget=min(LAYERED_ANCHOR_TOKENS, room) if layered else room))
     anchors = {r.event.id for r in retrieved}
     if layered:  # a pool of whole blocks; each layer picks its own (narrowing would leave no blocks to pick)
-        retrieved = ws.pool(store, search, k, neighbours, a.scope)
+        retrieved = _pool(ws, store, search, k, neighbours, a.scope)
     ws.note_retrieved(store, [r.event.id for r in retrieved])
     answer = Answer()
     answer.timings.retrieve_s = time.perf_counter() - a.started
@@ -285,7 +287,7 @@ def read_lookup(a: Asking) -> Found:
                                   a.question)
     excerpts = None
     if options.cold_seconds and mode == "kv" and not layered and not focus:
-        kept, result.left_cold, excerpts = ws.fit_cold(answerer, search, read, options.cold_seconds)
+        kept, result.left_cold, excerpts = fit_cold(ws, answerer, search, read, options.cold_seconds)
         result.cold_passages = [r for r in kept if r.event.id in excerpts]
         if result.left_cold:
             kept_ids = {id(r) for r in kept}
@@ -298,7 +300,36 @@ def read_lookup(a: Asking) -> Found:
                              **cold)
     if options.second_look and mode == "kv" and not layered and not focus and not excerpts:
         stream = second_look(stream, result, answerer, a, max_tokens)
-    return result, ws.timed_cold(stream, answerer)
+    return result, timed_cold(ws, stream, answerer)
+
+
+def _pool(ws: Workspace, store: Store, search: str, k: int, neighbours: int, scope: Restriction
+          ) -> list[RetrievedEvent]:
+    """A layered answer's pool, in the order it is read (best last): LAYERED_POOL_K hits (at least `k`) per answer
+    context's room of it, with their neighbours, up to pool_tokens() and MAX_POOL events."""
+    hits = max(k, LAYERED_POOL_K * ws.pool_tokens() // ws.room())
+    return relevance_order(ws.retrieve(store, search, hits, neighbours, scope=scope, pool=True))[-MAX_POOL:]
+
+
+def fit_cold(ws: Workspace, answerer: KVModeAnswerer, question: str, retrieved: list[RetrievedEvent], seconds: float
+             ) -> tuple[list[RetrievedEvent], list[RetrievedEvent], dict[int, str]]:
+    """(read, left out, {event id: text read instead of the whole event}) for the events without a block in the
+    answer model's tier, so that preparing them takes at most `seconds` at this machine's prefill rate: passages
+    that match the question first, then events whole while time is left (engine/retrieval/cold_reading.py)."""
+    room = seconds * prefill_rate.rate(ws.prepared.sha256, ws.threads or default_threads(),
+                                       ws.model.info.n_params)
+    cold = [i for i, r in enumerate(retrieved) if not answerer.keeper.has(event_block_key(r))]
+    if sum(retrieved[i].n_tokens for i in cold) <= room:
+        return retrieved, [], {}
+    return cold_reading.choose(question, retrieved, cold, int(room),
+                               lambda t: len(ws.model.tokenize(t))).applied(retrieved)
+
+
+def timed_cold(ws: Workspace, stream: Iterator[str], answerer) -> Iterator[str]:
+    """The answer's pieces; afterwards, how fast its cold events were prefilled is kept for the next question."""
+    yield from stream
+    tokens, seconds = getattr(answerer, "cold_prefilled", (0, 0.0))
+    prefill_rate.record(ws.prepared.sha256, ws.threads or default_threads(), tokens, seconds)
 
 
 def second_look(first: Iterator[str], result: AskResult, answerer: KVModeAnswerer, a: Asking, max_tokens: int
@@ -366,7 +397,7 @@ def _stream_whole(a: Asking, result: AskResult, request: str, limit: int) -> Fou
     answerer = a.ws.answerer(a.options.mode, a.store, whole=True)
     stream = answerer.stream(request, result.retrieved, a.history, a.started, result.answer,
                              max_tokens=capped(limit, a.options.answer_tokens), should_stop=a.should_stop)
-    return result, a.ws.timed_cold(stream, answerer)
+    return result, timed_cold(a.ws, stream, answerer)
 
 
 def read_each_part(a: Asking) -> Found | None:

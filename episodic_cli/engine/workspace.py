@@ -12,13 +12,13 @@ from functools import cached_property, partial
 from pathlib import Path
 
 from ..store import Store, StoreIdentity, StoreMismatchError
-from .answer.kv_mode import KVModeAnswerer, PrepareProgress, event_block_key
+from .answer.kv_mode import KVModeAnswerer, PrepareProgress
 from .answer.layered import LayeredAnswerer
 from .answer.text_mode import TextModeAnswerer
 from .ask_options import AskOptions, AskRequest
 from .ask_run import AskResult, answer_question
-from .budgets import (ANSWER_CONTEXT, ANSWER_TOKENS, EVIDENCE_BUDGET, LAYER_BUDGET, LAYERED_POOL_K, MAX_POOL,
-                      MIN_SOURCE_ROOM, PROMPT_OVERHEAD, QUESTION_ROOM, SUMMARY_TOKENS, WHOLE_CONTEXT)
+from .budgets import (ANSWER_CONTEXT, ANSWER_TOKENS, EVIDENCE_BUDGET, LAYER_BUDGET, MIN_SOURCE_ROOM, PROMPT_OVERHEAD,
+                      QUESTION_ROOM, SUMMARY_TOKENS, WHOLE_CONTEXT)
 from .embed.embedder import EMBED_DIM, EMBEDDER_NAME, KNOWN_NAMES, Embedder
 from .embed.reembed import ReembedProgress, reembed
 from .errors import EpiError
@@ -33,9 +33,8 @@ from .llama.backend import LlamaModel, default_threads
 from .llama.models import (BUNDLED_MODEL_FILE, WHOLE_READING_PARAMS, PreparedModel, answering_alternative,
                            prepare_model)
 from .paths import cache_dir, store_path
-from .retrieval import cold_reading
 from .retrieval.passage_rank import best_sentence_ranking
-from .retrieval.retrieve import RetrievedEvent, relevance_order, retrieve
+from .retrieval.retrieve import RetrievedEvent, retrieve
 from .retrieval.scope import Restriction, names_a_place
 from .retrieval.scope import parse as parse_scope
 from .retrieval.scope import resolve as resolve_scope
@@ -307,12 +306,6 @@ class Workspace:
             r.cited_section = scope.cited_section(r.section) if scope.places else None
         return found
 
-    def pool(self, store: Store, search: str, k: int, neighbours: int, scope: Restriction) -> list[RetrievedEvent]:
-        """A layered answer's pool, in the order it is read (best last): LAYERED_POOL_K hits (at least `k`) per answer
-        context's room of it, with their neighbours, up to pool_tokens() and MAX_POOL events."""
-        hits = max(k, LAYERED_POOL_K * self.pool_tokens() // self.room())
-        return relevance_order(self.retrieve(store, search, hits, neighbours, scope=scope, pool=True))[-MAX_POOL:]
-
     def resolve(self, store: Store, options: AskOptions) -> AskOptions:
         """`options` with the store's default mode filled in when they name none: the record's kv-only rules
         (--epman, --layered) are then checked against the mode that will run, in the record's one line."""
@@ -423,25 +416,6 @@ class Workspace:
             return writer.run(chosen, progress)
         finally:
             answerer.reset()
-
-    def fit_cold(self, answerer: KVModeAnswerer, question: str, retrieved: list[RetrievedEvent], seconds: float
-                 ) -> tuple[list[RetrievedEvent], list[RetrievedEvent], dict[int, str]]:
-        """(read, left out, {event id: text read instead of the whole event}) for the events without a block in the
-        answer model's tier, so that preparing them takes at most `seconds` at this machine's prefill rate: passages
-        that match the question first, then events whole while time is left (engine/retrieval/cold_reading.py)."""
-        room = seconds * prefill_rate.rate(self.prepared.sha256, self.threads or default_threads(),
-                                           self.model.info.n_params)
-        cold = [i for i, r in enumerate(retrieved) if not answerer.keeper.has(event_block_key(r))]
-        if sum(retrieved[i].n_tokens for i in cold) <= room:
-            return retrieved, [], {}
-        return cold_reading.choose(question, retrieved, cold, int(room),
-                                   lambda t: len(self.model.tokenize(t))).applied(retrieved)
-
-    def timed_cold(self, stream: Iterator[str], answerer) -> Iterator[str]:
-        """The answer's pieces; afterwards, how fast its cold events were prefilled is kept for the next question."""
-        yield from stream
-        tokens, seconds = getattr(answerer, "cold_prefilled", (0, 0.0))
-        prefill_rate.record(self.prepared.sha256, self.threads or default_threads(), tokens, seconds)
 
     def warm(self, store: Store, progress: Callable[[int, int], None] | None = None,
              documents: set[str] | None = None) -> WarmResult:
