@@ -26,6 +26,7 @@ def test_each_part_of_a_chapter_plans_its_section_summaries_first():
 def test_a_named_whole_plans_its_boost_and_no_step_of_its_own():
     p = planned("What does epi do?", Catalogue(named="README.md", has_map=True))
     assert p.boost and p.named == "README.md" and "named_whole" not in p.ways
+    assert p.steps[0].reason.endswith("(within README.md, its opening ranked first)")
 
 
 def test_a_named_whole_with_read_whole_or_overview_is_a_fallback_step():

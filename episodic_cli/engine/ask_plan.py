@@ -114,6 +114,8 @@ def plan(search: str, options: AskOptions, parsed: Scope, titled: bool, catalogu
     kind, why = _kind(search, options, parsed, titled, catalogue, boost)
     lookup = Step("lookup", "the best passages and their neighbours, read in relevance order"
                   if kind is QuestionKind.LOOKUP else "the fallback: the best passages")
+    read_named = Step("named_whole", f"{named} is named as a whole: read as far as the context holds",
+                      gives_way="none of it could be read")
     steps: list[Step] = []
     if kind is QuestionKind.WHOLE:
         if asks_each_part(search):
@@ -122,8 +124,7 @@ def plan(search: str, options: AskOptions, parsed: Scope, titled: bool, catalogu
         steps.append(Step("whole", f"{why}: the part it names, read in document order as far as the context holds",
                           gives_way="it names no part that resolved to events"))
         if named is not None:
-            steps.append(Step("named_whole", f"{named} is named as a whole: read as far as the context holds",
-                              gives_way="none of it could be read"))
+            steps.append(read_named)
         if options.kind is QuestionKind.WHOLE:  # asked for, not chosen: say why it is not done
             lookup = replace(lookup, warning=WHOLE_NAMES_NOTHING)
     elif kind is QuestionKind.OVERVIEW:
@@ -136,11 +137,13 @@ def plan(search: str, options: AskOptions, parsed: Scope, titled: bool, catalogu
                 f"{'as much of it as the context holds' if named else 'a few passages'}; "
                 "`epi map` writes the summaries such questions read")))
         if named is not None:  # no map of it yet: the named whole itself, as far as it fits
-            steps.append(Step("named_whole", f"{named} is named as a whole: read as far as the context holds",
-                              gives_way="none of it could be read"))
+            steps.append(read_named)
     elif kind is QuestionKind.EXPLAIN:
         steps.append(Step("explain", f"{why}: the definitions or sections its best passages sit in, read whole",
                           gives_way="no passage matched it"))
     else:
         lookup = replace(lookup, reason=f"{why}: {lookup.reason}")
-    return Plan(kind, (*steps, lookup), boost=boost, named=catalogue.named)
+    steps.append(lookup)
+    if boost:  # every step reads within it; said once, on the first
+        steps[0] = replace(steps[0], reason=f"{steps[0].reason} (within {catalogue.named}, its opening ranked first)")
+    return Plan(kind, tuple(steps), boost=boost, named=catalogue.named)
