@@ -30,7 +30,7 @@ from .retrieval.evidence import narrow as evidence_narrow
 from .retrieval.named_whole import NamedWhole, named_whole, opening_document
 from .retrieval.question_kind import QuestionKind, asks_each_part
 from .retrieval.retrieve import RetrievedEvent, relevance_order
-from .retrieval.scope import Restriction, documents_matching, package_globs
+from .retrieval.scope import Restriction, Scope, documents_matching, package_globs
 from .retrieval.scope import parse as parse_scope
 from .retrieval.scope import resolve as resolve_scope
 from .retrieval.summary_sources import overview as overview_summaries
@@ -158,14 +158,16 @@ def capped(limit: int, asked: int | None) -> int:
 @dataclass
 class Asking:
     """One question while it is answered, what every way of reading takes: the workspace (model, embedder,
-    answerers), the store, the question and what retrieval searches for, the scope resolved once, the resolved
-    options, the conversation so far, when it was asked and the caller's stop signal. `named`: the document or
-    folder the question names as a whole, where a step reads it (it is not searched within)."""
+    answerers), the store, the question and what retrieval searches for, parsed once (`parsed`: the places and
+    symbols it names), the scope resolved from it, the resolved options, the conversation so far, when it was asked
+    and the caller's stop signal. `named`: the document or folder the question names as a whole, where a step reads
+    it (it is not searched within)."""
 
     ws: Workspace
     store: Store
     question: str
     search: str
+    parsed: Scope
     scope: Restriction
     options: AskOptions
     history: list[dict[str, str]] | None
@@ -209,7 +211,8 @@ def answer_question(ws: Workspace, store: Store, question: str, options: AskOpti
     if planned.boost:
         scope, named = _within_named(store, named, parsed, scope, options.docs), None
     scope = _one_document(ws, store, search, scope)
-    return walk(Asking(ws, store, question, search, scope, options, history, started, should_stop, named), planned)
+    return walk(Asking(ws, store, question, search, parsed, scope, options, history, started, should_stop, named),
+                planned)
 
 
 def walk(asking: Asking, planned: Plan) -> Found:
@@ -226,7 +229,8 @@ def walk(asking: Asking, planned: Plan) -> Found:
     raise AssertionError(f"a plan ends in a lookup, which always answers: {planned.ways}")
 
 
-def _within_named(store: Store, named: NamedWhole, parsed, scope: Restriction, docs) -> Restriction:
+def _within_named(store: Store, named: NamedWhole, parsed: Scope, scope: Restriction, docs: tuple[str, ...] | None
+                  ) -> Restriction:
     """The scope searched for a named whole (Plan.boost): restricted, and said ("searching h11/ only"), where it is
     not the whole archive, its own opening ranked first. "The tenacity package" is the folder named, not the files
     scope.py guesses from the word (its __init__.py)."""
@@ -457,8 +461,7 @@ def read_whole(a: Asking, kind: QuestionKind = QuestionKind.WHOLE) -> Found | No
     ids = _named_events(a.scope)
     if not ids:
         return None
-    parsed = parse_scope(a.search)
-    what = a.scope.described or ", ".join(".".join(s) for s in parsed.symbols) or "the part named"
+    what = a.scope.described or ", ".join(".".join(s) for s in a.parsed.symbols) or "the part named"
     text = a.scope.query or a.search
     request = whole_scope_request(a.question, what, False, False)
     reading = read_scope(a.store, ids, a.ws.embedder.embed_query(text), text, _whole_room(a, request),
@@ -482,7 +485,7 @@ def read_overview(a: Asking) -> Found | None:
         doc_ids = named.document_ids if doc_ids is None else doc_ids & named.document_ids
         collection_keys = named.collection_keys
     every_part = asks_each_part(search)
-    package = package_globs(parse_scope(search).files) if every_part else []
+    package = package_globs(a.parsed.files) if every_part else []
     if package:  # "every file of the tenacity package": that package's files only
         in_named = set(documents_matching(store, package))
         doc_ids = in_named if doc_ids is None else doc_ids & in_named
