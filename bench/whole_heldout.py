@@ -84,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=None)
     args = ap.parse_args(argv)
     if args.named_opening is not None:
-        import episodic_cli.engine.workspace as workspace
-        workspace.NAMED_OPENING_TOKENS = args.named_opening
+        import episodic_cli.engine.ask_run as ask_run  # where the executor reads it
+        ask_run.NAMED_OPENING_TOKENS = args.named_opening
     kind = None if args.read == "auto" else QuestionKind.LOOKUP
     rows = []
     for path in sorted(args.sets.glob("*.json")):

@@ -173,6 +173,17 @@ class Timings(_Record):
 
 
 @dataclass
+class PlanStep(_Record):
+    """One step of the plan an answer followed (engine/ask_plan.py), in the order tried: a way of reading, why the
+    plan has it, and what became of it: "answered", "gave way" or "skipped" (`why_not` says why), or "not tried"."""
+
+    way: str                      # "each_part", "whole", "named_whole", "overview", "explain" or "lookup"
+    reason: str
+    outcome: str
+    why_not: str | None = None
+
+
+@dataclass
 class Answer(_Record):
     """An answer, the one record every face gives: `Archive.ask`, `epi ask --json` and `epi mcp`'s ask all write
     as_json(), whose form docs/answer.schema.json describes (its `schema_version`: ANSWER_SCHEMA_VERSION)."""
@@ -204,6 +215,8 @@ class Answer(_Record):
     left_out_tokens: int = 0      # the tokens of the `left_out` events
     # of the sources without a KV block, those read only as their sentences that match the question (for time)
     read_as_sentences: list[int] = field(default_factory=list)
+    # the ways of reading planned for it, in order, and which one answered (None: answered without a plan)
+    plan: list[PlanStep] | None = None
 
     def as_json(self) -> dict:
         return {"schema_version": ANSWER_SCHEMA_VERSION, **super().as_json()}
@@ -399,7 +412,8 @@ def answer_of(result: EngineResult, notes: list[str] | None = None) -> Answer:
         kv_loaded_tokens=a.kv_loaded_tokens if kv else None, kv_prefilled_tokens=a.kv_prefilled_tokens if kv else None,
         layered=None if a.layered is None else a.layered.as_json(),
         left_out_tokens=sum(r.n_tokens for r in result.left_cold),
-        read_as_sentences=[r.event.id for r in result.cold_passages])
+        read_as_sentences=[r.event.id for r in result.cold_passages],
+        plan=None if result.plan is None else [PlanStep(**s) for s in result.plan_steps()])
 
 
 def _history(history: Iterable | None) -> list[dict[str, str]] | None:

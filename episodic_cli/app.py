@@ -276,6 +276,7 @@ def ask(
     store: StoreOpt = None,
     model: ModelOpt = None,
     threads: ThreadsOpt = None,
+    explain: Annotated[bool, typer.Option("--explain", help="Say how the answer was planned: the ways of reading tried, in order, why each, and which one answered (--json always has it, as `plan`).")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Answer a question from the store, streaming the answer, then the quotes that support it and the sources.
@@ -307,6 +308,8 @@ def ask(
         if not as_json:
             render.scope(result.scope)
             render.reading(result)
+            if explain:
+                render.plan(result.plan_steps())
             render.left_cold(result, keeps_blocks=archive.store.kv_budget > 0)
         if as_json:
             for _ in stream:

@@ -501,6 +501,17 @@ def reading(result) -> None:
         err.print(f"[dim]{escape(result.reading)}[/]", soft_wrap=True)
 
 
+def plan(steps: list[dict] | None) -> None:
+    """`epi ask --explain`: the ways of reading the plan tried, in order, why each is there and what became of it
+    (engine/ask_plan.py), dimmed: a fallback taken is seen."""
+    if not steps:
+        return
+    err.print(f"[dim]plan: {escape(' -> '.join(s['way'] for s in steps))}[/]", soft_wrap=True)
+    for n, s in enumerate(steps, 1):
+        became = s["outcome"] + (f": {s['why_not']}" if s.get("why_not") else "")
+        err.print(f"[dim] {n}. {escape(s['way'])}: {escape(s['reason'])} ({escape(became)})[/]", soft_wrap=True)
+
+
 def _run_citation(run) -> str:
     """A run of consecutive events: the first one's citation, its pages or lines extended to the last one's."""
     first, last = run[0].event, run[-1].event

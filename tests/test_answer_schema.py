@@ -13,7 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import PDF_FACT_PAGE, PDF_QUESTION
-from episodic_cli.api import ANSWER_SCHEMA_VERSION, Answer, Quote, SentenceEvidence, Source, Timings
+from episodic_cli.api import ANSWER_SCHEMA_VERSION, Answer, PlanStep, Quote, SentenceEvidence, Source, Timings
+from episodic_cli.engine.ask_plan import WAYS
 from episodic_cli.app import app
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,8 +35,10 @@ def test_the_schema_names_every_field_of_the_answer_and_its_parts():
     fields = {f.name for f in dataclasses.fields(Answer)} | {"schema_version"}
     assert set(SCHEMA["required"]) == set(SCHEMA["properties"]) == fields
     assert SCHEMA["properties"]["schema_version"]["const"] == ANSWER_SCHEMA_VERSION
-    for name, record in {"quote": Quote, "sentence": SentenceEvidence, "source": Source, "timings": Timings}.items():
+    records = {"quote": Quote, "sentence": SentenceEvidence, "source": Source, "timings": Timings, "plan_step": PlanStep}
+    for name, record in records.items():
         assert _properties(SCHEMA["$defs"][name]) == {f.name for f in dataclasses.fields(record)}, name
+    assert SCHEMA["$defs"]["plan_step"]["properties"]["way"]["enum"] == list(WAYS)  # the planner's ways, no other
 
 
 def ask_cli(store_dir: Path) -> dict:

@@ -42,7 +42,7 @@ def test_ask_json_contract(shared_ask):
     assert set(out) == {"schema_version", "question", "text", "kind", "mode", "supported", "evidence", "sentences",
                         "sources", "timings", "short", "reading", "scope", "search", "left_out", "notes",
                         "first_answer", "narrowed", "retrieved_tokens", "kv_loaded_tokens", "kv_prefilled_tokens",
-                        "layered", "left_out_tokens", "read_as_sentences"}
+                        "layered", "left_out_tokens", "read_as_sentences", "plan"}
     assert out["schema_version"] == 1  # the form docs/answer.schema.json describes
     assert out["kind"] == "lookup" and out["reading"] is None and out["search"] is None  # test_whole_scope.py
     assert isinstance(out["sentences"], list)
@@ -50,6 +50,7 @@ def test_ask_json_contract(shared_ask):
     assert isinstance(out["evidence"], list) and isinstance(out["supported"], bool)  # checked in test_evidence.py
     assert out["scope"] is None and out["notes"] == []  # the question names no chapter, page or file
     assert out["layered"] is None  # per-layer selection is off unless asked for (test_layered.py)
+    assert [(s["way"], s["outcome"], s["why_not"]) for s in out["plan"]] == [("lookup", "answered", None)]
     # "What codename ...?" asks for a fact: the answer starts with an evidence span (test_short_answer.py)
     assert out["short"] and out["text"].startswith(out["short"])
     assert any(out["short"] in s["text"] for s in out["sources"])

@@ -155,13 +155,13 @@ def test_the_anchors_leave_every_layer_a_share_of_its_budget_to_choose(engine, s
     """Retrieval's own events, which every layer sees first, fill at most LAYERED_ANCHOR_TOKENS of a layer's budget:
     uncapped, the default k=5 and its neighbours filled the whole budget and no layer chose a block. This store holds
     ~3k tokens, so the budgets are scaled down with it (the anchors' cap, a layer's budget)."""
-    from episodic_cli.engine import workspace
+    from episodic_cli.engine import ask_run
 
     ws = workspace_for(engine, shared_store.store_dir)
     with Store.open_existing(shared_store.store_dir) as st:
         events = ws.retrieve(st, TEXT_QUESTION, 50, pool=True)
         cap = sorted(r.n_tokens for r in events)[-1] + 1  # room for the best hit, whatever its size, and little more
-        monkeypatch.setattr(workspace, "LAYERED_ANCHOR_TOKENS", cap)
+        monkeypatch.setattr(ask_run, "LAYERED_ANCHOR_TOKENS", cap)
         answerer = ws.answerer("kv", st, layered=True)
         answerer.budget = 2 * cap
         result, stream = ws.ask(st, TEXT_QUESTION, AskOptions(layered=True), should_stop=lambda: True)  # the default k

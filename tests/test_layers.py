@@ -29,6 +29,7 @@ ALLOWED = {
     "package_files": {"errors", "paths"},  # where an installed model package's files are, checked by hash
     "heap": set(),
     "ask_options": BASE | {"budgets", "retrieval"},  # a question's choices, checked without a model or a store
+    "ask_plan": BASE | {"ask_options", "retrieval"},  # the planner: pure, no model, no store, no retrieval run
 }
 
 

@@ -1,4 +1,4 @@
-"""The second look (Workspace._second_look), with the real model on the shared store: a lookup whose answer no
+"""The second look (ask_run.second_look), with the real model on the shared store: a lookup whose answer no
 sentence of the sources holds is answered again from the passages that match the question best, read as text; a
 supported answer is left as it is."""
 from __future__ import annotations

@@ -233,6 +233,7 @@ def test_cold_events_are_read_as_passages_and_the_best_one_whole_as_time_allows(
     import time
 
     from episodic_cli.engine.answer.records import Answer
+    from episodic_cli.engine.ask_run import fit_cold
     from episodic_cli.engine.llama.backend import default_threads
     from episodic_cli.engine.retrieval.cold_reading import EXCERPT_GAP
     from episodic_cli.engine.retrieval.evidence import readable
@@ -248,7 +249,7 @@ def test_cold_events_are_read_as_passages_and_the_best_one_whole_as_time_allows(
         rate = prefill_rate.rate(ws.prepared.sha256, default_threads(), ws.model.info.n_params)
         room = 80
         assert room < min(r.n_tokens for r in read)
-        kept, left, excerpts = ws.fit_cold(answerer, TEXT_QUESTION, read, (room + 0.5) / rate)
+        kept, left, excerpts = fit_cold(ws, answerer, TEXT_QUESTION, read, (room + 0.5) / rate)
         assert excerpts and set(excerpts) == {r.event.id for r in kept}
         assert left == [r for r in read if r not in kept]
         assert sum(len(ws.model.tokenize(t)) for t in excerpts.values()) <= room
@@ -258,7 +259,7 @@ def test_cold_events_are_read_as_passages_and_the_best_one_whole_as_time_allows(
         # time for all but one token: the most relevant is read whole, and not every event is
         top = read[-1]
         total = sum(r.n_tokens for r in read)
-        kept, left, excerpts = ws.fit_cold(answerer, TEXT_QUESTION, read, (total - 1 + 0.5) / rate)
+        kept, left, excerpts = fit_cold(ws, answerer, TEXT_QUESTION, read, (total - 1 + 0.5) / rate)
         assert top in kept and top.event.id not in excerpts
         whole = [r for r in kept if r.event.id not in excerpts]
         assert sum(r.n_tokens for r in whole) < total

@@ -68,6 +68,8 @@ def test_a_chapter_question_reads_the_whole_chapter_in_order(book_store):
     assert len(want) >= 2
     assert [s["event_id"] for s in answer["sources"]] == want  # all of it, in document order, nothing else
     assert answer["reading"].startswith("read all of ch. 2") and "tokens" in answer["reading"]
+    # the plan (engine/ask_plan.py) is in the answer: the chapter whole answered, the lookup was not needed
+    assert [(s["way"], s["outcome"]) for s in answer["plan"]] == [("whole", "answered"), ("lookup", "not tried")]
     assert all(set(s) >= {"sentence", "supported", "quotes"} for s in answer["sentences"])
 
 
@@ -117,6 +119,7 @@ def test_a_model_under_a_billion_parameters_looks_a_chapter_question_up(book_sto
     looked_up = json.loads(runner.invoke(app, ["ask", "Who betrayed whom in chapter 2?", "--store", str(store),
                                                "--json"]).stdout)
     assert looked_up["kind"] == "lookup"
+    assert [s["way"] for s in looked_up["plan"]] == ["lookup"] and "too small" in looked_up["plan"][0]["reason"]
     assert {s["event_id"] for s in looked_up["sources"]} <= set(_chapter_events(store, 2))  # still in chapter 2
     asked = json.loads(runner.invoke(app, ["ask", "Who betrayed whom in chapter 2?", "--read", "whole", "--store",
                                            str(store), "--json"]).stdout)
@@ -176,6 +179,10 @@ def test_a_document_named_as_a_whole_is_searched_with_its_opening_first(book_sto
     assert whole["kind"] == "whole" and whole["reading"].startswith("read all of ")
     assert whole["reading"].split(",")[0].endswith("river-book.txt")
     assert [s["event_id"] for s in whole["sources"]] == [e.id for e in events]
+    # it names no part: the whole step gave way, and the document named as a whole answered
+    assert [(s["way"], s["outcome"]) for s in whole["plan"]] == [
+        ("whole", "gave way"), ("named_whole", "answered"), ("lookup", "not tried")]
+    assert whole["plan"][0]["why_not"] == "it names no part that resolved to events"
 
 
 def test_the_map_is_written_once_read_by_overview_questions_and_removed_with_its_document(book_store):
@@ -210,8 +217,9 @@ def test_the_map_is_written_once_read_by_overview_questions_and_removed_with_its
     answer = json.loads(result.stdout)
     assert answer["kind"] == "overview" and answer["reading"].startswith("read ")
     assert answer["sources"] and all(s["summary_of"] for s in answer["sources"])
-    shown = runner.invoke(app, ["ask", "What is this book about?", "--store", str(store)])
+    shown = runner.invoke(app, ["ask", "What is this book about?", "--store", str(store), "--explain"])
     assert "summary of" in shown.stdout
+    assert "plan: overview -> lookup" in shown.stderr and "(answered)" in shown.stderr  # --explain's lines
     named = json.loads(runner.invoke(app, ["ask", "Tell me about river-book", "--read", "overview", "--store",
                                            str(store), "--json"]).stdout)
     assert named["kind"] == "overview" and named["reading"].startswith("read ")

@@ -76,7 +76,7 @@ class AskOptions:
     `answer_tokens`: the answer stops after at most this many tokens (None, or more than the path's own limit:
     ANSWER_TOKENS for a lookup, WHOLE_ANSWER_TOKENS for a part read whole or the map). `second_look`: a lookup read
     from whole blocks whose answer no sentence of the sources holds is answered again from the passages that match
-    the question best (Workspace._second_look).
+    the question best (ask_run.second_look).
 
     A `mode` of None is checked against the kv-only choices once the store fills it in (Workspace.resolve)."""
 

@@ -56,7 +56,7 @@ NAMED_OPENING_TOKENS = 512
 # A lookup answered from whole blocks whose own words no sentence of the sources holds (evidence.support) is answered
 # again from the passages that match the question best, read as text, in at most SECOND_LOOK_TOKENS: what a cold
 # question reads in COLD_PREFILL_SECONDS at the bundled model's ~60 tokens/s on 2 cores, the room cold answers were
-# measured with (Workspace._second_look; docs/heldout.md, "A second look"). The default of AskOptions.second_look
+# measured with (ask_run.second_look; docs/heldout.md, "A second look"). The default of AskOptions.second_look
 # (`epi ask --no-second-look`).
 SECOND_LOOK = True
 SECOND_LOOK_TOKENS = 600

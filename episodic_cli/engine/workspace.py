@@ -5,26 +5,20 @@ the CLI imports the rest of the engine only for option values and pure helpers (
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from functools import cached_property, partial
 from pathlib import Path
 
 from ..store import Store, StoreIdentity, StoreMismatchError
-from .answer.kv_mode import KVModeAnswerer, PrepareProgress, event_block_key
+from .answer.kv_mode import KVModeAnswerer, PrepareProgress
 from .answer.layered import LayeredAnswerer
-from .answer.prefetch import likely_next, retrieved_event
-from .answer.records import Answer, SecondLook
-from .answer.short_answer import answer_spans, asks_for_a_fact
 from .answer.text_mode import TextModeAnswerer
 from .ask_options import AskOptions, AskRequest
-from .budgets import (ANSWER_CONTEXT, ANSWER_TOKENS, EVERY_PART_ANSWER_TOKENS, EVERY_PART_LINE_TOKENS,
-                      EVIDENCE_BUDGET, LAYER_BUDGET, LAYERED_ANCHOR_TOKENS, LAYERED_POOL_K, MAX_POOL, MIN_SOURCE_ROOM,
-                      NAMED_OPENING_TOKENS, OVERVIEW_CHARS,
-                      PROMPT_OVERHEAD, QUESTION_ROOM, SECOND_LOOK_TOKENS,
-                      SUMMARY_TOKENS, WARM_RUN_TOKENS, WHOLE_ANSWER_TOKENS, WHOLE_CONTEXT)
+from .ask_run import AskResult, answer_question
+from .budgets import (ANSWER_CONTEXT, ANSWER_TOKENS, EVIDENCE_BUDGET, LAYER_BUDGET, MIN_SOURCE_ROOM, PROMPT_OVERHEAD,
+                      QUESTION_ROOM, SUMMARY_TOKENS, WHOLE_CONTEXT)
 from .embed.embedder import EMBED_DIM, EMBEDDER_NAME, KNOWN_NAMES, Embedder
 from .embed.reembed import ReembedProgress, reembed
 from .errors import EpiError
@@ -39,165 +33,26 @@ from .llama.backend import LlamaModel, default_threads
 from .llama.models import (BUNDLED_MODEL_FILE, WHOLE_READING_PARAMS, PreparedModel, answering_alternative,
                            prepare_model)
 from .paths import cache_dir, store_path
-from .retrieval.evidence import SentenceSupport, Support, readable, support, support_by_sentence
-from .retrieval import cold_reading
-from .retrieval.evidence import narrow as evidence_narrow
 from .retrieval.passage_rank import best_sentence_ranking
-from .retrieval.retrieve import RetrievedEvent, relevance_order, retrieve
-from .retrieval.scope import Restriction, documents_matching, names_a_place, package_globs
+from .retrieval.retrieve import RetrievedEvent, retrieve
+from .retrieval.scope import Restriction, names_a_place
 from .retrieval.scope import parse as parse_scope
 from .retrieval.scope import resolve as resolve_scope
-from .retrieval.weights import episodic_weights
 from .answer.map_writer import MapProgress, MapWriter
-from .answer.claim_check import CHECKING_PARAMS, MAX_CHECKED, STATED_AT, ClaimChecker
+from .answer.claim_check import CHECKING_PARAMS, ClaimChecker
 from .answer.condense import Condenser, search_for
-from .prompt import each_section_request, overview_request, whole_scope_request
-from .retrieval.named_whole import NamedWhole, named_whole, opening_document
-from .retrieval.question_kind import QuestionKind, asks_each_part, classify
-from .retrieval.summary_sources import overview as overview_summaries
-from .retrieval.summary_sources import summary_sources
-from .retrieval.whole_scope import enclosing, read_scope, read_sections
+from . import warming
+from .warming import WarmResult
+
 
 LAYERED_UNAVAILABLE = ("--layered needs epi's patched llama.cpp, and this llama-cpp-python lacks the patch: run "
                        "./install.sh from epi's source folder (`epi doctor` says whether the patch is in)")
 MAX_EVENT_TOKENS = 1024  # the ingest context grows with it (ingest.ingest_context): an undecided event stays in it
 
 
-@dataclass
-class AskResult:
-    question: str
-    mode: str
-    retrieved: list[RetrievedEvent]
-    answer: Answer
-    scope: Restriction | None = None  # the chapter/section/page/file/--doc the question was restricted to
-    focus: list[tuple[int, list[tuple[int, int]]]] | None = None  # the sentences the answer read (evidence.narrow)
-    # retrieved events left out because the answer model has no block for them yet and reading them from text would
-    # take longer than the question may (Workspace.fit_cold)
-    left_cold: list[RetrievedEvent] = field(default_factory=list)
-    # of the events read, those without a block read only as passages that match the question, for the same reason
-    cold_passages: list[RetrievedEvent] = field(default_factory=list)
-    kind: QuestionKind = QuestionKind.LOOKUP  # how much the answer read (engine/retrieval/question_kind.py)
-    reading: str | None = None  # what a whole-scope or overview answer read: "read all of ch. 12, 7,930 tokens"
-    search: str | None = None   # what retrieval looked for, when not the question (a chat follow-up's rewrite)
-    embed: Callable[[str], object] | None = None  # the question encoder, for evidence by meaning (support_by_sentence)
-    # (sentence, quotes) -> the answer model's probability that the quotes state it (answer/claim_check.py), or
-    # None when it could not be checked
-    check_claim: Callable[[str, list[str]], float | None] | None = None
-    # the answer set aside by a second look (its words were in no sentence of the sources); `answer` is the one read
-    # again from the passages that match the question best (Workspace._second_look)
-    first_answer: Answer | None = None
-
-    def verify(self) -> list[SentenceSupport]:
-        """Check the answer's quotes with the answer model: with `check_claim`, in an answer of several sentences
-        (one sentence is shown with support() instead), a sentence whose quotes the answer model doubts state it is
-        not supported (the first MAX_CHECKED sentences with quotes: about a second each on 2 cores). The one step of
-        a result that runs the model, so a face asks for it before it renders or serialises the answer; what it
-        found is what sentence_support() returns from then on (computed once per answer text)."""
-        text = self.answer.text.strip()
-        cached = self.__dict__.get("_verified")
-        if cached is None or cached[1] != text:
-            found = list(self._sentences_by_words())
-            if self.check_claim is not None and len(found) > 1:
-                tried = 0
-                for n, s in enumerate(found):
-                    if not (s.supported and s.evidence):
-                        continue
-                    tried += 1
-                    quotes = [e.quote for e in s.evidence]
-                    p_stated = None if tried > MAX_CHECKED else self.check_claim(s.sentence, quotes)
-                    if p_stated is None:
-                        found[n] = replace(s, checked=False)
-                    else:
-                        found[n] = replace(s, checked=True, supported=p_stated >= STATED_AT,
-                                           doubted=p_stated < STATED_AT)
-            cached = self.__dict__["_verified"] = (found, text)
-        return cached[0]
-
-    def sentence_support(self) -> list[SentenceSupport]:
-        """Each sentence of the answer with the quote that supports it, or none, as verify() judged them; before
-        verify() (or once the answer's text changed), by shared words alone, and a sentence the model's check
-        would read is marked `checked=False`: that check applied and has not run. Never runs the model."""
-        verified = self.__dict__.get("_verified")
-        if verified is not None and verified[1] == self.answer.text.strip():
-            return verified[0]
-        found = self._sentences_by_words()
-        if self.check_claim is None or len(found) <= 1:
-            return found
-        return [replace(s, checked=False) if s.supported and s.evidence else s for s in found]
-
-    def _sentences_by_words(self) -> list[SentenceSupport]:
-        """Each sentence of the answer with its quote, judged by shared words (and meaning) alone: computed once per
-        answer text, for the second look's check and then for verify's."""
-        text = self.answer.text.strip()
-        cached = self.__dict__.get("_by_words")
-        if cached is None or cached[1] != text:
-            cached = self.__dict__["_by_words"] = (support_by_sentence(self.question, text, self.retrieved,
-                                                                       embed=self.embed), text)
-        return cached[0]
-
-    def support(self) -> Support:
-        """The quotes of the sources that support the answer (computed once the answer is complete)."""
-        text = self.answer.text.strip()
-        cached = self.__dict__.get("_support")
-        if cached is None or cached[1] != text:  # an empty answer too is computed once, not skipped
-            cached = self.__dict__["_support"] = (support(self.question, text, self.retrieved), text)
-        return cached[0]
-
-    def supported(self) -> bool:
-        """Whether the sources hold the answer: for one sentence, its quotes hold at least half of its own words;
-        for several, at least half of the sentences are supported (a doubted sentence is not), so a summary is not
-        judged by one quote, and a sentence the answer model doubts counts against the whole."""
-        return self._held(self.sentence_support())
-
-    def supported_by_words(self) -> bool:
-        """supported() without the answer model's check of each quote (a second or so a sentence, wanted only for
-        showing the evidence): what the second look asks before reading again."""
-        return self._held(self._sentences_by_words())
-
-    def _held(self, sentences: list[SentenceSupport]) -> bool:
-        if len(sentences) > 1:
-            return 2 * sum(s.supported for s in sentences) >= len(sentences)
-        return self.support().supported
-
-
-def _warm_runs(events: list[RetrievedEvent | None]) -> list[list[RetrievedEvent]]:
-    """`epi warm`'s runs: consecutive events of about WARM_RUN_TOKENS, prefilled together; None ends a run."""
-    runs: list[list[RetrievedEvent]] = []
-    run: list[RetrievedEvent] = []
-    run_tokens = 0
-    for r in events:
-        if run and (r is None or run_tokens + r.n_tokens > WARM_RUN_TOKENS):
-            runs.append(run)
-            run, run_tokens = [], 0
-        if r is not None:
-            run.append(r)
-            run_tokens += r.n_tokens
-    if run:
-        runs.append(run)
-    return runs
-
-
-def capped(limit: int, asked: int | None) -> int:
-    """An answer's token limit: the path's own, or the caller's when it asks for fewer."""
-    return limit if asked is None else min(limit, asked)
-
-
 def apply_kv_budget(store: Store, n_bytes: int) -> int:
     """Record a new KV budget and evict down to it at once (least recently used blocks first); bytes evicted."""
     return store.change_kv_budget(n_bytes)
-
-
-@dataclass
-class WarmResult:
-    events_to_do: int = 0   # events whose block the tier lacked
-    tokens_to_do: int = 0
-    events_kept: int = 0    # blocks written
-    tokens_done: int = 0
-    seconds: float = 0.0
-    stopped: str | None = None  # why it stopped before the end
-
-    def as_json(self) -> dict:
-        return {**self.__dict__, "seconds": round(self.seconds, 1)}
 
 
 class Workspace:
@@ -413,7 +268,7 @@ class Workspace:
     def room_beside(self, question: str, history: list[dict[str, str]] | None = None) -> int:
         """Tokens of sources that fit beside this question (and chat history): room(), or less for a question that
         takes more than QUESTION_ROOM; a question leaving almost none is refused in one line."""
-        asked = self._asked_tokens(question, history)
+        asked = self.asked_tokens(question, history)
         room = self.answer_context - ANSWER_TOKENS - max(QUESTION_ROOM, asked + PROMPT_OVERHEAD)
         if room < MIN_SOURCE_ROOM:
             raise EpiError(f"the question takes {asked:,} tokens of the answer model's {self.answer_context:,}, "
@@ -451,12 +306,6 @@ class Workspace:
             r.cited_section = scope.cited_section(r.section) if scope.places else None
         return found
 
-    def pool(self, store: Store, search: str, k: int, neighbours: int, scope: Restriction) -> list[RetrievedEvent]:
-        """A layered answer's pool, in the order it is read (best last): LAYERED_POOL_K hits (at least `k`) per answer
-        context's room of it, with their neighbours, up to pool_tokens() and MAX_POOL events."""
-        hits = max(k, LAYERED_POOL_K * self.pool_tokens() // self.room())
-        return relevance_order(self.retrieve(store, search, hits, neighbours, scope=scope, pool=True))[-MAX_POOL:]
-
     def resolve(self, store: Store, options: AskOptions) -> AskOptions:
         """`options` with the store's default mode filled in when they name none: the record's kv-only rules
         (--epman, --layered) are then checked against the mode that will run, in the record's one line."""
@@ -493,9 +342,10 @@ class Workspace:
     def ask(self, store: Store, question: str, options: AskOptions = AskOptions(), *,
             history: list[dict[str, str]] | None = None, search: str | None = None,
             should_stop: Callable[[], bool] | None = None) -> tuple[AskResult, Iterator[str]]:
-        """`answer_question` (below), with the result able to check a long answer's sentences by meaning."""
-        result, stream = self.answer_question(store, question, options, history=history, search=search,
-                                              should_stop=should_stop)
+        """The question planned and answered (engine/ask_run.py: answer_question), with the result able to check a
+        long answer's sentences by meaning."""
+        result, stream = answer_question(self, store, question, options, history=history, search=search,
+                                         should_stop=should_stop)
         result.embed = self.embedder.embed_query
         if self.checks_claims:
             result.check_claim = partial(self._check_claim, self._closes)
@@ -528,341 +378,11 @@ class Workspace:
             self.warn(f"a sentence's quote was not checked: {exc}")
             return None
 
-    def answer_question(self, store: Store, question: str, options: AskOptions = AskOptions(), *,
-                        history: list[dict[str, str]] | None = None, search: str | None = None,
-                        should_stop: Callable[[], bool] | None = None) -> tuple[AskResult, Iterator[str]]:
-        """Retrieve now; return the result (filled in as the stream is consumed) and the answer stream.
-        `options`: the choices the question is answered with (engine/ask_options.py, `epi ask`'s defaults).
-        Beside them, what is not a choice but this call's own: `history`, the conversation so far (earlier
-        {"role", "content"} turns the model reads); `search`, what retrieval and narrowing look for when it is not the
-        question itself (a chat follow-up, "and his brother?", searches with the previous question too; the model
-        reads the question as asked); `should_stop`, polled while generating, True stops the answer."""
-        if not question.strip():
-            raise EpiError("the question is empty")
-        started = time.perf_counter()
-        options = self.resolve(store, options)
-        search = search or question
-        parsed = parse_scope(search)
-        scope = resolve_scope(store, parsed, options.docs)
-        kind = options.kind
-        # "what does epi do?": a document or folder asked about as a whole by its name (a place it names, "what is
-        # chapter 3 about?", goes by the place)
-        named = None
-        if kind in (None, QuestionKind.OVERVIEW, QuestionKind.WHOLE) \
-                and not (options.layered or options.epman or parsed.structural or scope.titled):
-            named = named_whole(store, search, set(documents_matching(store, options.docs)) if options.docs else None)
-        if named is not None and kind is None:
-            # found as before, within the named whole, its own opening ranked first. "The tenacity package" is the
-            # folder named, not the files scope.py guesses from the word (its __init__.py)
-            if parsed.files:
-                parsed = replace(parsed, files=[])
-                scope = resolve_scope(store, parsed, options.docs)
-            opening = {r.event.id for r in self._opening(store, named, NAMED_OPENING_TOKENS)}
-            # restricted, and said ("searching h11/ only"), where it is not the whole archive
-            if not named.whole_archive:
-                within = named.event_ids(store)
-                scope = replace(scope, allowed=within if scope.allowed is None else scope.allowed & within,
-                                described=scope.described or named.name)
-            scope = replace(scope, boosted=opening | (scope.boosted or set()))
-            named = None
-        scope = self._one_document(store, search, scope)
-        if kind is None:  # a model too small to gain from reading a part whole, or from the map, looks every one up
-            kind = (QuestionKind.LOOKUP if options.layered or options.epman or not self.reads_whole_parts
-                    else classify(search, parsed, scope.titled))
-        if kind is QuestionKind.WHOLE:
-            found = None
-            if asks_each_part(search):  # "each section of chapter 3": its sections' summaries, where the map has them
-                found = self._ask_each_section(store, question, search, scope, options, history, started,
-                                               should_stop)
-            found = found or self._ask_whole(store, question, search, scope, options, history, started, should_stop)
-            if found is None and named is not None:  # --read whole of a document or folder named as a whole
-                found = self._ask_named_whole(store, question, search, scope, named, options, history, started,
-                                              should_stop)
-            if found is not None:
-                return found
-            if options.kind is QuestionKind.WHOLE:  # asked for (--read whole), not chosen: say why it is not done
-                self.warn("--read whole reads the part a question names, and this one names no chapter, section, "
-                          "page, file or symbol found in the archive; answered from the best passages instead")
-        elif kind is QuestionKind.OVERVIEW:
-            found = self._ask_overview(store, question, search, scope, options, history, started, should_stop,
-                                       named)
-            if found is None and named is not None:  # no map of it yet: the named whole itself, as far as it fits
-                found = self._ask_named_whole(store, question, search, scope, named, options, history, started,
-                                              should_stop)
-            if found is not None:
-                return found
-        elif kind is QuestionKind.EXPLAIN:
-            hits = self.retrieve(store, search, options.k, options.neighbours, scope=scope)
-            if hits:
-                wider = Restriction(allowed=enclosing(store, hits), described="the definitions or sections the best "
-                                    "passages sit in", query=scope.query)
-                found = self._ask_whole(store, question, search, wider, options, history, started, should_stop,
-                                        kind=QuestionKind.EXPLAIN)
-                if found is not None:
-                    found[0].scope = scope
-                    return found
-        return self._ask_lookup(store, question, search, scope, options, history, started, should_stop)
-
-    def _one_document(self, store: Store, search: str, scope: Restriction) -> Restriction:
-        """A place the question names ("chapter 3") that several documents hold, none named: the answer reads the
-        one whose passages match the question best, and says which (Restriction.choose_document)."""
-        if scope.by_document is None:
-            return scope
-        best = self.retrieve(store, search, 1, 0, scope=scope)
-        if not best:
-            return scope
-        names = {d.id: d.display_path for d in store.documents() if d.id in scope.by_document}
-        chosen = best[0].document
-        return scope.choose_document(chosen.id, chosen.display_path, sorted(names.values()))
-
-    def _ask_lookup(self, store: Store, question: str, search: str, scope: Restriction, options: AskOptions,
-                    history: list[dict[str, str]] | None, started: float, should_stop: Callable[[], bool] | None
-                    ) -> tuple[AskResult, Iterator[str]]:
-        """The k best events and their neighbours (a layered answer: a pool of them), read in relevance order."""
-        k, neighbours, mode, layered = options.k, options.neighbours, options.mode, options.layered
-        # The sources are cut to the room the question leaves (the best hit is always read: room_beside keeps one)
-        room = min(EVIDENCE_BUDGET, self.room_beside(question, history))
-        retrieved = relevance_order(self.retrieve(store, search, k, neighbours, scope=scope,  # the order read
-                                                  token_budget=min(LAYERED_ANCHOR_TOKENS, room) if layered else room))
-        anchors = {r.event.id for r in retrieved}
-        if layered:  # a pool of whole blocks; each layer picks its own (narrowing would leave no blocks to pick)
-            retrieved = self.pool(store, search, k, neighbours, scope)
-        self._note_retrieved(store, [r.event.id for r in retrieved])
-        answer = Answer()
-        answer.timings.retrieve_s = time.perf_counter() - started
-        # `narrow`: the answer reads only the few sentences that match the question best (engine/retrieval/evidence.py);
-        # never a layered pool, whatever the model's default (AskOptions refuses --narrow with --layered)
-        narrow = not layered and (self.narrows_by_default if options.narrow is None else options.narrow)
-        focus = evidence_narrow(search, retrieved) if narrow else []
-        result = AskResult(question, mode, retrieved, answer, scope, focus=focus or None,
-                           search=search if search != question else None)
-        answerer = self.answerer(mode, store, layered)
-        if layered:  # every layer sees what kv mode would read, then what its own query picks from the pool
-            answerer.anchors = anchors
-        weights = episodic_weights(retrieved) if options.epman else None
-        read, spans = retrieved, None
-        if focus:
-            read, spans = [retrieved[i] for i, _ in focus], [ss for _, ss in focus]
-            weights = None if weights is None else [weights[i] for i, _ in focus]
-        lead_spans = None
-        # only from the narrowed sentences: a few, all relevant
-        if focus and options.short and asks_for_a_fact(question):
-            lead_spans = answer_spans([readable(r.event.text[a:b]) for r, ss in zip(read, spans) for a, b in ss],
-                                      question)
-        excerpts = None
-        if options.cold_seconds and mode == "kv" and not layered and not focus:
-            kept, result.left_cold, excerpts = self.fit_cold(answerer, search, read, options.cold_seconds)
-            result.cold_passages = [r for r in kept if r.event.id in excerpts]
-            if result.left_cold:
-                kept_ids = {id(r) for r in kept}
-                weights = None if weights is None else [w for r, w in zip(read, weights) if id(r) in kept_ids]
-                read = result.retrieved = kept
-        cold = {"excerpts": excerpts} if excerpts else {}  # kv mode only (fit_cold)
-        max_tokens = capped(ANSWER_TOKENS, options.answer_tokens)
-        stream = answerer.stream(question, read, history, started, answer, max_tokens=max_tokens,
-                                 should_stop=should_stop, weights=weights, spans=spans, lead_spans=lead_spans or None,
-                                 **cold)
-        if options.second_look and mode == "kv" and not layered and not focus and not excerpts:
-            stream = self._second_look(stream, result, answerer, search, history, started, max_tokens, should_stop)
-        return result, self._timing_cold(stream, answerer)
-
-    def _second_look(self, first: Iterator[str], result: AskResult, answerer: KVModeAnswerer, search: str,
-                     history: list[dict[str, str]] | None, started: float, max_tokens: int,
-                     should_stop: Callable[[], bool] | None) -> Iterator[str]:
-        """The first answer's pieces; then, when the sources do not hold its words, a SecondLook piece and the
-        answer read again: the passages of the retrieved events that match the question best (each sentence with
-        its neighbours, as a cold question reads them: engine/retrieval/cold_reading.py), SECOND_LOOK_TOKENS at
-        most, read as text after the sink (an event short enough to fit whole is loaded from its block). The small
-        model copies from a few sentences near the question more faithfully than from ~2k tokens of blocks
-        (docs/heldout.md, "A second look"). An empty second answer leaves the first in place."""
-        yield from first
-        if result.supported_by_words() or (should_stop is not None and should_stop()):
-            return
-        read = result.retrieved
-        reading = cold_reading.choose(search, read, list(range(len(read))), SECOND_LOOK_TOKENS,
-                                      lambda t: len(self.model.tokenize(t)))
-        if not reading.passages:  # no sentence matches the question: reading the same events again says the same
-            return
-        kept, _, excerpts = reading.applied(read)
-        again = Answer()
-        again.timings.retrieve_s = result.answer.timings.retrieve_s
-        first_rate = answerer.cold_prefilled  # the first answer's cold events: the next stream starts its own count
-        on_prepare, answerer.on_prepare = answerer.on_prepare, None  # passages of blocks it has: nothing is "cold"
-        yield SecondLook()
-        try:
-            yield from answerer.stream(result.question, kept, history, started, again, max_tokens=max_tokens,
-                                       should_stop=should_stop, excerpts=excerpts)
-        finally:
-            answerer.on_prepare = on_prepare
-            answerer.cold_prefilled = first_rate
-        if not again.text.strip():
-            return
-        # the timings are the question's: its first token is the one the user saw first, its end the second's
-        again.timings.first_token_s = result.answer.timings.first_token_s
-        result.first_answer, result.answer = result.answer, again
-
-    def _asked_tokens(self, question: str, history: list[dict[str, str]] | None) -> int:
+    def asked_tokens(self, question: str, history: list[dict[str, str]] | None) -> int:
         """Tokens of the question and the chat history the model reads besides the sources."""
         return len(self.model.tokenize(question)) + sum(len(self.model.tokenize(m["content"])) for m in history or [])
 
-    def _whole_room(self, request: str, history: list[dict[str, str]] | None) -> int:
-        asked = self._asked_tokens(request, history)
-        return self.whole_context - WHOLE_ANSWER_TOKENS - max(QUESTION_ROOM, asked + PROMPT_OVERHEAD)
-
-    @staticmethod
-    def _named_events(scope: Restriction) -> set[int] | None:
-        """The events of the part a question names (None or empty: it names none that resolved)."""
-        ids = scope.allowed
-        if scope.boosted:
-            ids = scope.boosted if ids is None else (scope.boosted & ids) or ids
-        return ids
-
-    def _begin_part_answer(self, store: Store, scope: Restriction, retrieved: list[RetrievedEvent],
-                           started: float) -> Answer:
-        """What reading a named part does before answering: its events cited by the part named, counted as
-        retrieved; the answer, timed from the question."""
-        for r in retrieved:
-            r.cited_section = scope.cited_section(r.section) if scope.places and r.summary is None else None
-        self._note_retrieved(store, [r.event.id for r in retrieved if r.summary is None])
-        answer = Answer()
-        answer.timings.retrieve_s = time.perf_counter() - started
-        return answer
-
-    def _ask_each_section(self, store: Store, question: str, search: str, scope: Restriction, options: AskOptions,
-                          history: list[dict[str, str]] | None, started: float,
-                          should_stop: Callable[[], bool] | None) -> tuple[AskResult, Iterator[str]] | None:
-        """A question about each section of a named part: the map's summaries of its sections, in order
-        (whole_scope.read_sections). None when the map has none for it (the part is then read whole)."""
-        ids = self._named_events(scope)
-        if not ids:
-            return None
-        what = scope.described or "the part named"
-        request = each_section_request(question, what)
-        reading = read_sections(store, ids, self._whole_room(request, history),
-                                tokens_of=lambda t: len(self.model.tokenize(t)))
-        if reading is None:
-            return None
-        retrieved = reading.events
-        answer = self._begin_part_answer(store, scope, retrieved, started)
-        n = len(reading.stand_ins)
-        passages = sum(r.summary is None for r in retrieved)
-        described = f"read {n} section summaries of {what}" + (
-            f" and {passages} passage{'s' if passages != 1 else ''} they do not cover" if passages else "")
-        result = AskResult(question, options.mode, retrieved, answer, scope, kind=QuestionKind.WHOLE,
-                           reading=described, search=search if search != question else None)
-        answerer = self.answerer(options.mode, store, whole=True)
-        # A line for each section: the 1.5B model repeats the section summaries it read, so there is room for them
-        # all and a line more each, up to the cap (docs/heldout.md, "Each section of a part").
-        repeated = sum(r.n_tokens for r in retrieved if r.summary is not None)
-        limit = min(max(WHOLE_ANSWER_TOKENS, repeated + EVERY_PART_LINE_TOKENS * len(retrieved)),
-                    EVERY_PART_ANSWER_TOKENS)
-        stream = answerer.stream(request, retrieved, history, started, answer,
-                                 max_tokens=capped(limit, options.answer_tokens), should_stop=should_stop)
-        return result, self._timing_cold(stream, answerer)
-
-    def _ask_named_whole(self, store: Store, question: str, search: str, scope: Restriction, named: NamedWhole,
-                         options: AskOptions, history: list[dict[str, str]] | None, started: float,
-                         should_stop: Callable[[], bool] | None) -> tuple[AskResult, Iterator[str]] | None:
-        """A document or folder named as a whole, read whole from its blocks as far as the context holds (the best
-        parts of it, in order, when it does not fit)."""
-        within = Restriction(allowed=named.event_ids(store), described=named.name)
-        found = self._ask_whole(store, question, search, within, options, history, started, should_stop)
-        if found is not None:
-            found[0].scope = scope
-        return found
-
-    def _ask_whole(self, store: Store, question: str, search: str, scope: Restriction, options: AskOptions,
-                   history: list[dict[str, str]] | None, started: float, should_stop: Callable[[], bool] | None,
-                   kind: QuestionKind = QuestionKind.WHOLE) -> tuple[AskResult, Iterator[str]] | None:
-        """A question about a named part as a whole: the part read in document order from its blocks, as far as the
-        whole-scope context holds (engine/retrieval/whole_scope.py). None when the question names no part that
-        resolved to events (it is then answered as a lookup)."""
-        ids = self._named_events(scope)
-        if not ids:
-            return None
-        parsed = parse_scope(search)
-        what = scope.described or ", ".join(".".join(s) for s in parsed.symbols) or "the part named"
-        text = scope.query or search
-        request = whole_scope_request(question, what, False, False)
-        reading = read_scope(store, ids, self.embedder.embed_query(text), text, self._whole_room(request, history),
-                             tokens_of=lambda t: len(self.model.tokenize(t)))
-        code = all(r.document.kind == "code" for r in reading.events if r.summary is None)
-        request = whole_scope_request(question, what, reading.complete, code)
-        retrieved = reading.events
-        answer = self._begin_part_answer(store, scope, retrieved, started)
-        mode = options.mode
-        result = AskResult(question, mode, retrieved, answer, scope, kind=kind,
-                           reading=reading.described(what), search=search if search != question else None)
-        answerer = self.answerer(mode, store, whole=True)
-        stream = answerer.stream(request, retrieved, history, started, answer,
-                                 max_tokens=capped(WHOLE_ANSWER_TOKENS, options.answer_tokens), should_stop=should_stop)
-        return result, self._timing_cold(stream, answerer)
-
-    def _ask_overview(self, store: Store, question: str, search: str, scope: Restriction, options: AskOptions,
-                      history: list[dict[str, str]] | None, started: float,
-                      should_stop: Callable[[], bool] | None, named: NamedWhole | None = None
-                      ) -> tuple[AskResult, Iterator[str]] | None:
-        """A question about a document or the archive as a whole: the map's summaries, most general first (None
-        when there is no map yet: answered as a lookup, with a note saying what `epi map` adds). `named`: the
-        document or folder the question names as a whole, whose summaries alone are read."""
-        if store.summaries().count() == 0:
-            self.warn(f"this store has no map yet, so a question about {named.name if named else 'the whole'} is "
-                      f"answered from {'as much of it as the context holds' if named else 'a few passages'}; "
-                      "`epi map` writes the summaries such questions read")
-            return None
-        doc_ids = set(documents_matching(store, options.docs)) if options.docs else None
-        collection_keys: set[str] = set()
-        if named is not None:
-            doc_ids = named.document_ids if doc_ids is None else doc_ids & named.document_ids
-            collection_keys = named.collection_keys
-        every_part = asks_each_part(search)
-        package = package_globs(parse_scope(search).files) if every_part else []
-        if package:  # "every file of the tenacity package": that package's files only
-            in_named = set(documents_matching(store, package))
-            doc_ids = in_named if doc_ids is None else doc_ids & in_named
-        query = None if every_part else self.embedder.embed_query(search)  # every part is read: nothing to rank
-        chosen = overview_summaries(store, query, search, OVERVIEW_CHARS, doc_ids, every_part, collection_keys)
-        if not chosen:
-            return None
-        retrieved = summary_sources(store, chosen)
-        opening = self._opening(store, named, NAMED_OPENING_TOKENS) if named is not None else []
-        retrieved += opening  # its own opening words, nearest the question: what a summary may have blurred
-        answer = Answer()
-        answer.timings.retrieve_s = time.perf_counter() - started
-        levels = {s.level for s in chosen}
-        of = f" of {named.name}" if named is not None else ""
-        reading = f"read {len(chosen)} summar{'y' if len(chosen) == 1 else 'ies'} of the map{of} (" + ", ".join(
-            f"{sum(s.level == lv for s in chosen)} {lv}" for lv in ("collection", "document", "part", "section")
-            if lv in levels) + ")"
-        if opening:
-            reading += (f" and the opening of {opening[0].document.display_path} "
-                        f"({sum(r.n_tokens for r in opening):,} tokens)")
-        result = AskResult(question, options.mode, retrieved, answer, scope, kind=QuestionKind.OVERVIEW,
-                           reading=reading, search=search if search != question else None)
-        answerer = self.answerer(options.mode, store, whole=True)
-        # A line for each part: room for about EVERY_PART_LINE_TOKENS a part read, up to EVERY_PART_ANSWER_TOKENS.
-        limit = min(max(WHOLE_ANSWER_TOKENS, EVERY_PART_LINE_TOKENS * len(chosen)), EVERY_PART_ANSWER_TOKENS) \
-            if every_part else WHOLE_ANSWER_TOKENS
-        stream = answerer.stream(overview_request(question, every_part), retrieved, history, started, answer,
-                                 max_tokens=capped(limit, options.answer_tokens),
-                                 should_stop=should_stop)
-        return result, self._timing_cold(stream, answerer)
-
-    @staticmethod
-    def _opening(store: Store, named: NamedWhole, budget: int) -> list[RetrievedEvent]:
-        """The first events of the named whole's opening document (opening_document), up to `budget` tokens."""
-        doc = opening_document(named) if budget > 0 else None
-        out: list[RetrievedEvent] = []
-        used = 0
-        for ordinal in range(doc.n_events if doc is not None else 0):
-            event = store.event_at(doc.id, ordinal)
-            if event is None or out and used + event.token_end - event.token_start > budget:
-                break
-            out.append(RetrievedEvent(event, doc, None, None))
-            used += out[-1].n_tokens
-        return out
-
-    def _note_retrieved(self, store: Store, event_ids: list[int]) -> None:
+    def note_retrieved(self, store: Store, event_ids: list[int]) -> None:
         if self.record_retrievals:
             store.note_retrieved(event_ids)
 
@@ -897,103 +417,18 @@ class Workspace:
         finally:
             answerer.reset()
 
-    def fit_cold(self, answerer: KVModeAnswerer, question: str, retrieved: list[RetrievedEvent], seconds: float
-                 ) -> tuple[list[RetrievedEvent], list[RetrievedEvent], dict[int, str]]:
-        """(read, left out, {event id: text read instead of the whole event}) for the events without a block in the
-        answer model's tier, so that preparing them takes at most `seconds` at this machine's prefill rate: passages
-        that match the question first, then events whole while time is left (engine/retrieval/cold_reading.py)."""
-        room = seconds * prefill_rate.rate(self.prepared.sha256, self.threads or default_threads(),
-                                           self.model.info.n_params)
-        cold = [i for i, r in enumerate(retrieved) if not answerer.keeper.has(event_block_key(r))]
-        if sum(retrieved[i].n_tokens for i in cold) <= room:
-            return retrieved, [], {}
-        return cold_reading.choose(question, retrieved, cold, int(room),
-                                   lambda t: len(self.model.tokenize(t))).applied(retrieved)
-
-    def _timing_cold(self, stream: Iterator[str], answerer) -> Iterator[str]:
-        """The answer's pieces; afterwards, how fast its cold events were prefilled is kept for the next question."""
-        yield from stream
-        tokens, seconds = getattr(answerer, "cold_prefilled", (0, 0.0))
-        prefill_rate.record(self.prepared.sha256, self.threads or default_threads(), tokens, seconds)
-
     def warm(self, store: Store, progress: Callable[[int, int], None] | None = None,
              documents: set[str] | None = None) -> WarmResult:
-        """Prepare this model's block for every event whose block its tier lacks, in runs of such events in document
-        order, the runs most retrieved by earlier questions first, until the KV budget is full: what a question would
-        otherwise read from text first (store/retrieval_log.py counts what questions retrieved). Resumable: what is
-        kept stays, and a rerun skips it. `progress(tokens done, tokens to do)`; `documents`: only these (their paths
-        as stored)."""
-        if not self.keeps_blocks:  # nothing to prepare: every question re-reads its events
-            return WarmResult(stopped=f"{self.model.info.name} keeps no KV blocks ({self.text_only_reason})")
-        answerer = self.answerer("kv", store)
-        keeper = answerer.keeper
-        asked = store.retrieval_counts()
-        asked_runs: list[list[RetrievedEvent]] = []
-        other_runs: list[list[RetrievedEvent]] = []
-        for doc in store.documents():
-            if documents is not None and doc.path not in documents:
-                continue
-            asked_events: list[RetrievedEvent | None] = []  # None between asked-for events that are not neighbours
-            other_events: list[RetrievedEvent] = []
-            for ev in store.events_of(doc.id):
-                r = RetrievedEvent(ev, doc, None, None)
-                if keeper.has(event_block_key(r)):
-                    asked_events.append(None)
-                elif asked.get(ev.id):
-                    asked_events.append(r)
-                else:
-                    asked_events.append(None)
-                    other_events.append(r)
-            asked_runs += _warm_runs(asked_events)
-            other_runs += _warm_runs(other_events)
-        # the most retrieved first (a stable sort: document order among equals), then the rest in document order
-        asked_runs.sort(key=lambda run: -max(asked[r.event.id] for r in run))
-        todo = asked_runs + other_runs
-        total = sum(r.n_tokens for run in todo for r in run)
-        result = WarmResult(events_to_do=sum(len(run) for run in todo), tokens_to_do=total)
-        started = time.perf_counter()
-        done = 0
-        for run in todo:
-            if progress is not None:
-                progress(done, total)
-            before = keeper.kept
-            answerer.prepare(run)
-            result.events_kept += keeper.kept - before
-            done += sum(r.n_tokens for r in run)
-            if keeper.refused:  # the budget (or the disk) is full: later runs would be refused too
-                result.stopped = "the KV budget is full"
-                break
-        if progress is not None:
-            progress(done, total)
-        result.tokens_done, result.seconds = done, time.perf_counter() - started
-        return result
+        """`epi warm`: this model's blocks for the events its tier lacks (engine/warming.py, warm)."""
+        return warming.warm(self, store, progress, documents)
 
     def likely_next(self, store: Store, read: list[RetrievedEvent]) -> list[int]:
-        """The events a follow-up to an answer that read `read` would likely read, lacking this model's blocks
-        (engine/answer/prefetch.py): what `epi chat` prepares while the user types."""
-        if not self.keeps_blocks:
-            return []
-        keeper = self.block_keeper(store)
-        return likely_next(store, [r for r in read if r.summary is None], lambda r: keeper.has(event_block_key(r)))
+        """What `epi chat` prepares while the user types (engine/warming.py, likely_next)."""
+        return warming.likely_next(self, store, read)
 
     def prefetch(self, store: Store, event_ids: list[int], should_stop: Callable[[], bool] | None = None) -> int:
-        """Prepare the blocks of `event_ids` in order, one event at a time, until `should_stop()` or the KV budget
-        is full; the events prepared."""
-        if not self.keeps_blocks:
-            return 0
-        answerer = self.answerer("kv", store)
-        prepared = 0
-        for event_id in event_ids:
-            if should_stop is not None and should_stop():
-                break
-            event = retrieved_event(store, event_id)
-            if event is None or answerer.keeper.has(event_block_key(event)):
-                continue
-            answerer.prepare([event])
-            prepared += 1
-            if answerer.keeper.refused:
-                break
-        return prepared
+        """The blocks of `event_ids` prepared in order (engine/warming.py, prefetch); the events prepared."""
+        return warming.prefetch(self, store, event_ids, should_stop)
 
     def close(self) -> None:
         """Free the contexts and the model's weights (a later call loads them again). `epi ingest` kept the reading

@@ -41,7 +41,7 @@ class LayeredReport:
 class SecondLook(str):
     """The piece of an answer's stream that sets aside the answer before it: none of the sources' sentences held its
     own words, and the text after it is the answer read again from the passages that match the question best
-    (Workspace._second_look). Its text is the blank line between the two."""
+    (ask_run.second_look). Its text is the blank line between the two."""
 
     def __new__(cls) -> "SecondLook":
         return super().__new__(cls, "\n\n")
