@@ -1,10 +1,10 @@
-"""Blind grading of answers written under several conditions (bench/whole_heldout.py's result files): `sheet`
+"""Blind grading of answers written under several conditions (bench/answers/whole_heldout.py's result files): `sheet`
 writes each question with its rubric and its distinct answers under shuffled letters, for a grader who does not
 know which condition wrote which; `resolve` maps the grader's letters back to the conditions. Answers that are the
 same text under two conditions are graded once.
 
-    python bench/blind_grades.py sheet --results before=A.json after=B.json --sets DIR... --out SHEET --key KEY
-    python bench/blind_grades.py resolve --grades GRADED.json --key KEY --out GRADES.json
+    python bench/answers/blind_grades.py sheet --results before=A.json after=B.json --sets DIR... --out SHEET --key KEY
+    python bench/answers/blind_grades.py resolve --grades GRADED.json --key KEY --out GRADES.json
 """
 from __future__ import annotations
 

@@ -2,14 +2,14 @@
 state? (issue 38 item 4: 73% of the sentences of answers graded wrong were shown with a supporting quote, because
 the check counts shared words, and an act given to the wrong person shares its words with the source.)
 
-For every answer sentence that `bench/whole_heldout.py` recorded as supported by the word check, the answer model
+For every answer sentence that `bench/answers/whole_heldout.py` recorded as supported by the word check, the answer model
 reads the quotes shown for it and the sentence, and is asked whether the quotes state it
 (engine/answer/claim_check.py: P(yes) over yes+no from the next token's logits, doubted below 0.5, fixed before
 any run). Labels come from a reader who checked each sentence
 against the document (`--labels`: {"<qid>#<n>": "stated" | "not stated"}). Prints, per label, how many sentences
 the word check and the model pass.
 
-    python bench/claim_check.py --rows ROWS.json ... --labels LABELS.json [--out OUT.json]
+    python bench/answers/claim_check.py --rows ROWS.json ... --labels LABELS.json [--out OUT.json]
 """
 from __future__ import annotations
 

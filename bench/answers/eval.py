@@ -1,9 +1,9 @@
 """epi evaluation harness: generate -> ingest (engine path, cached) -> ask (kv, text) -> score -> docs/evaluation.*
 
-    python bench/eval.py --quick  --out docs/      # one seed; target: under 10 min on 2 idle cores, cold
-    python bench/eval.py --quick --seeds 3 --out docs/   # the committed numbers: every set with 3 seeds
-    python bench/eval.py --tiny   --out /tmp/ev    # the end-to-end smoke configuration tests/test_eval.py runs
-    python bench/eval.py --full   --out docs/      # 16k..1M (add --long for 10M); hours on a CPU
+    python bench/answers/eval.py --quick  --out docs/      # one seed; target: under 10 min on 2 idle cores, cold
+    python bench/answers/eval.py --quick --seeds 3 --out docs/   # the committed numbers: every set with 3 seeds
+    python bench/answers/eval.py --tiny   --out /tmp/ev    # the end-to-end smoke configuration tests/test_eval.py runs
+    python bench/answers/eval.py --full   --out docs/      # 16k..1M (add --long for 10M); hours on a CPU
 
 epi's own conditions go through the public Workspace API only (`Workspace.ingestor`, `Workspace.retrieve`,
 `Workspace.ask` in kv or text mode), so whatever kv/text mode does today is what gets measured. Ingested stores are
@@ -383,7 +383,7 @@ def event_keys(got: list[RetrievedEvent]) -> list[list]:
 # The harness's choices unless a condition says otherwise: 3 hits (its answers are short facts), and no cold limit:
 # every retrieved event is read whatever preparing it costs, so that a row measures its condition, not the machine.
 # The benchmarks measure a way of reading itself, so the second look (an answer read twice) is off here;
-# bench/heldout.py turns it on as epi ask does (--second-look).
+# bench/answers/heldout.py turns it on as epi ask does (--second-look).
 BENCH_OPTIONS = AskOptions(k=3, cold_seconds=None, second_look=False)
 
 
@@ -902,7 +902,7 @@ def main(argv: list[str] | None = None) -> int:
     cache = Path(args.cache or os.environ.get("EPI_EVAL_CACHE") or cache_dir() / "eval")
     cache.mkdir(parents=True, exist_ok=True)
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    command = "python bench/eval.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    command = "python bench/answers/eval.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
 
     clock = Clock()
     load_start = load_average()

@@ -1,4 +1,4 @@
-"""Deterministic test-data generators for `bench/eval.py` (same seed -> byte-identical documents and questions).
+"""Deterministic test-data generators for `bench/answers/eval.py` (same seed -> byte-identical documents and questions).
 
 Haystack: the prose of the Python Language Reference and library topics that CPython ships as
 `pydoc_data.topics` (what `help('FOR')` prints). It is real technical prose, present on every CPython install,

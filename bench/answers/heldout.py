@@ -10,8 +10,8 @@ a rerun), then ask every question through `Workspace.ask` in text mode and in kv
 retrieved events, and score contains-match / token F1 against the gold answer and source recall against the gold
 excerpt. Writes `heldout.md` and `heldout.json` to --out.
 
-    python bench/heldout.py [--sets bench/heldout] [--stores DIR] [--out docs/] [--threads N] [--only SET ...]
-    python bench/heldout.py --retrieval [--only SET ...]   # source recall only, no answers: retrieval.json
+    python bench/answers/heldout.py [--sets bench/heldout] [--stores DIR] [--out docs/] [--threads N] [--only SET ...]
+    python bench/answers/heldout.py --retrieval [--only SET ...]   # source recall only, no answers: retrieval.json
 
 `--retrieval` ingests the same way, then only retrieves (what `Workspace.ask` retrieves: k=5 by default, +-1 neighbour) and
 reports per question whether the gold excerpt lies inside the retrieved events, and inside a hit itself (not only
@@ -51,7 +51,7 @@ def load_sets(folder: Path) -> list[dict]:
 
 def resolve(document: str) -> Path:
     """A path, `python-package:NAME` for an installed package's source folder (the code set), or
-    `epub-from-mdbook:BOOK_DIR:ch08,ch09` for an EPUB built from a local mdBook's chapters (bench/mdbook_epub.py)."""
+    `epub-from-mdbook:BOOK_DIR:ch08,ch09` for an EPUB built from a local mdBook's chapters (bench/answers/mdbook_epub.py)."""
     if document.startswith("epub-from-mdbook:"):
         import mdbook_epub
 
@@ -79,7 +79,7 @@ def stored_questions(sets: Path, only: list[str], stores: Path, model: str | Non
             continue
         store_dir = stores / spec["set"]
         if not store_dir.exists():
-            print(f"{spec['set']}: no store at {store_dir} (run bench/heldout.py first); skipped", flush=True)
+            print(f"{spec['set']}: no store at {store_dir} (run bench/answers/heldout.py first); skipped", flush=True)
             continue
         ws = Workspace(model, store=str(store_dir), threads=threads)
         store = ws.store_for_reading()
@@ -345,7 +345,7 @@ def write_retrieval(results: list[dict], out: Path, log) -> int:
 
 def write_results(args, argv: list[str] | None, results: list[dict], t0: float, load_start, log) -> None:
     ws = Workspace(answer_model(args.model), threads=args.threads)
-    result = {"command": "python bench/heldout.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+    result = {"command": "python bench/answers/heldout.py " + " ".join(argv if argv is not None else sys.argv[1:]),
               "machine": f"{platform.machine()}, {len(__import__('os').sched_getaffinity(0))} CPUs",
               "date": datetime.now().strftime("%Y-%m-%d %H:%M"), "model": ws.prepared.source.name, "short": args.short,
               "k": K, "whole": args.whole, "narrow": args.narrow, "modes": args.modes, "cold_seconds": args.cold_seconds,
@@ -363,7 +363,7 @@ def write_results(args, argv: list[str] | None, results: list[dict], t0: float, 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sets", type=Path, default=Path(__file__).resolve().parent / "heldout")
+    ap.add_argument("--sets", type=Path, default=Path(__file__).resolve().parents[1] / "heldout")
     ap.add_argument("--stores", type=Path, default=cache_dir() / "heldout", help="one store per set, reused")
     ap.add_argument("--out", type=Path, default=Path("bench/results"), help="folder for heldout.json")
     ap.add_argument("--markdown", type=Path, default=Path("docs/heldout.md"), help="the tables, as prose")

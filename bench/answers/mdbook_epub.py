@@ -3,7 +3,7 @@ each chapter page's <main> becomes an XHTML file of the spine, and the nav docum
 sections with the book's own numbering ("8. Common Collections", "8.1. Storing Lists of Values with Vectors"),
 taken from the site's table of contents (toc-*.js).
 
-For the held-out sets (bench/heldout.py): a document written `epub-from-mdbook:BOOK_DIR:ch08,ch09` is built here
+For the held-out sets (bench/answers/heldout.py): a document written `epub-from-mdbook:BOOK_DIR:ch08,ch09` is built here
 once into the given folder and read like any EPUB a user has.
 """
 from __future__ import annotations

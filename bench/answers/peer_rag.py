@@ -2,7 +2,7 @@
 
 Issue 57 item 6. Three pipelines answer the held-out lookup sets' questions, interleaved question by question:
 
-- **epi**: `bench/heldout.py`'s own path (`heldout.ask`, kv mode, epi ask's defaults, at most
+- **epi**: `bench/answers/heldout.py`'s own path (`heldout.ask`, kv mode, epi ask's defaults, at most
   `heldout.ANSWER_MAX_TOKENS` tokens) on each set's own store, read by the answer model as `epi ingest` does; a set
   with no store in --stores is ingested first, as heldout.py does.
 - **langchain**: LangChain's RAG tutorial: `RecursiveCharacterTextSplitter(chunk_size=1000, chunk_overlap=200)`
@@ -25,7 +25,7 @@ change in the machine's load falls on all of them. Scored as heldout.py scores (
 inside the answer; eval.covers: the gold excerpt inside what was retrieved).
 
     pip install -e '.[peer]'
-    python bench/peer_rag.py --only code-pluggy [--stores DIR] [--archive /work/archive-1m] [--epi-tree DIR]
+    python bench/answers/peer_rag.py --only code-pluggy [--stores DIR] [--archive /work/archive-1m] [--epi-tree DIR]
 
 Writes bench/results/peer-rag/<date>-<set>.json per set and prints the table. `--archive DIR` reads each set's
 documents from the archive's copies (bench/archive/heldout_paths.json: the versions the sets were written on);
@@ -165,7 +165,7 @@ class Peer:
 # -- epi --------------------------------------------------------------------------------------------------------------
 
 class Epi:
-    """bench/heldout.py's run_set, one question at a time: the same workspace, options and row."""
+    """bench/answers/heldout.py's run_set, one question at a time: the same workspace, options and row."""
 
     def __init__(self, setup: dict):
         from dataclasses import replace
@@ -273,7 +273,7 @@ class Worker:
 # -- the run ----------------------------------------------------------------------------------------------------------
 
 def archive_paths(archive: Path, set_name: str) -> list[Path] | None:
-    table = json.loads((HERE / "archive" / "heldout_paths.json").read_text(encoding="utf-8"))["sets"]
+    table = json.loads((HERE.parent / "archive" / "heldout_paths.json").read_text(encoding="utf-8"))["sets"]
     return [archive / p for p in table[set_name]["documents"]] if set_name in table else None
 
 
@@ -291,8 +291,8 @@ def library_versions() -> dict:
 
 
 def epi_code(tree: Path) -> dict:
-    git = lambda *a: subprocess.run(["git", *a], cwd=HERE.parent, capture_output=True, text=True).stdout.strip()  # noqa: E731
-    if tree != HERE.parent:
+    git = lambda *a: subprocess.run(["git", *a], cwd=HERE.parents[1], capture_output=True, text=True).stdout.strip()  # noqa: E731
+    if tree != HERE.parents[1]:
         return {"tree": str(tree), "commit": (tree / ".commit").read_text().strip() if (tree / ".commit").exists()
                 else None, "dirty": []}
     return {"tree": str(tree), "commit": git("rev-parse", "HEAD"),
@@ -402,14 +402,14 @@ def misses(result: dict) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sets", type=Path, default=HERE / "heldout")
+    ap.add_argument("--sets", type=Path, default=HERE.parent / "heldout")
     ap.add_argument("--only", nargs="*", default=["code-pluggy", "code-truststore", "sections-book", "sections-manual"],
                     help="set names (default: the four unseen lookup sets)")
     ap.add_argument("--stores", type=Path, default=None, help="one store per set, reused (default: heldout.py's)")
     ap.add_argument("--archive", type=Path, default=None, help="read the sets' documents from this archive's copies")
     ap.add_argument("--epi-tree", type=Path, default=None, help="run epi from this copy of the code")
     ap.add_argument("--pipelines", nargs="+", choices=PIPELINES, default=list(PIPELINES))
-    ap.add_argument("--out", type=Path, default=HERE / "results" / "peer-rag")
+    ap.add_argument("--out", type=Path, default=HERE.parent / "results" / "peer-rag")
     args = ap.parse_args(argv)
     import heldout
     from eval import load_average
@@ -420,9 +420,9 @@ def main(argv: list[str] | None = None) -> int:
         args.stores = cache_dir() / "heldout"
     log = lambda msg: print(msg, flush=True)  # noqa: E731
     date = datetime.now().strftime("%Y-%m-%d")
-    common = {"command": "python bench/peer_rag.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+    common = {"command": "python bench/answers/peer_rag.py " + " ".join(argv if argv is not None else sys.argv[1:]),
               "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} CPUs", "date": date,
-              "libraries": library_versions(), "epi_code": epi_code(args.epi_tree or HERE.parent),
+              "libraries": library_versions(), "epi_code": epi_code(args.epi_tree or HERE.parents[1]),
               "settings": {"threads": THREADS, "n_ctx": N_CTX, "max_tokens": heldout.ANSWER_MAX_TOKENS,
                            "langchain": {"chunk_size": LC_CHUNK, "chunk_overlap": LC_OVERLAP, "k": LC_K,
                                          "prompt": RAG_PROMPT},

@@ -1,7 +1,7 @@
-"""Both ways of a `bench/heldout.py --second-look on` run, side by side: each row keeps the answer the second look set
+"""Both ways of a `bench/answers/heldout.py --second-look on` run, side by side: each row keeps the answer the second look set
 aside (`first_answer`, scored as `first_contains`), so one run gives the answers without it and with it.
 
-    python bench/second_look_compare.py bench/results/second-look/heldout-s55-unseen-look2.json [...]
+    python bench/answers/second_look_compare.py bench/results/second-look/heldout-s55-unseen-look2.json [...]
 
 Prints, per set, the questions right without / with it; each question it touched, with both answers; and the
 seconds it added to those questions (from where the first answer ended to where the second did).

@@ -10,7 +10,7 @@ Conditions:
 A follow-up is asked after its history, in one conversation, and its standalone form on its own, so that the two
 can be compared.
 
-    python bench/whole_heldout.py --stores DIR --tag after [--read auto] [--only SET ...] [--max-tokens N]
+    python bench/answers/whole_heldout.py --stores DIR --tag after [--read auto] [--only SET ...] [--max-tokens N]
 """
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def ask(ws: Workspace, st: Store, question: str, history: list[dict] | None, sea
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sets", type=Path, default=HERE / "heldout" / "whole")
+    ap.add_argument("--sets", type=Path, default=HERE.parent / "heldout" / "whole")
     ap.add_argument("--only", nargs="*", default=None)
     ap.add_argument("--stores", type=Path, default=cache_dir() / "heldout-whole")
     ap.add_argument("--model", default="qwen-1.5b")
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {row['qid']:<14} {row['kind']:<12} {row['first_token_s']:6.1f}s  {row['read'] or ''}\n"
                       f"      {row['answer'][:300]!r}", flush=True)
         ws.close()
-    out = HERE / "results" / f"whole-{args.tag}.json"
+    out = HERE.parent / "results" / f"whole-{args.tag}.json"
     out.write_text(json.dumps({"tag": args.tag, "read": args.read, "followups": args.followups,
                                "mode": args.mode,
                                "rows": rows},

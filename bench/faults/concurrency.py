@@ -15,7 +15,7 @@ budget recorded in the store and sums the block files, every 20 ms: a sample ove
 command must end with rc 0 or one `error:` line on stderr (a second writer refused, a store being written), never a
 traceback.
 
-    python bench/concurrency.py --seconds 180 --out bench/results/concurrency.json
+    python bench/faults/concurrency.py --seconds 180 --out bench/results/concurrency.json
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 from conftest import PDF_QUESTION, TEXT_QUESTION, pdf_pages, prose_lines, text_document  # noqa: E402
 from pdf_fixture import make_pdf  # noqa: E402
 from episodic_cli.store.file_lock import exclusive_lock  # noqa: E402

@@ -27,7 +27,7 @@ uninterrupted run's.
 
 Target: no damage changes an answer without doctor naming it; no traceback anywhere.
 
-    python bench/damage.py --n 5 --seed 30 --out bench/results/damage.json
+    python bench/faults/damage.py --n 5 --seed 30 --out bench/results/damage.json
 
 Trials run round by round (round i: every kind and shape once), and the results file is rewritten after each, so a
 run stopped by `--minutes` still covers every kind and shape evenly.
@@ -46,7 +46,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 from conftest import TEXT_QUESTION, pdf_pages, prose_lines, text_document  # noqa: E402
 from pdf_fixture import make_pdf  # noqa: E402
 

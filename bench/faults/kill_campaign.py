@@ -8,7 +8,7 @@ each with the same events (ordinal, token span, text), none duplicated, none mis
 `epi ask` must answer from the resumed store without a KV block warning. Small events and `--commit-every 4` make a
 long file commit many groups, so kills land inside documents, between them, and during commits.
 
-    python bench/kill_campaign.py --kills 20 [--seed 1] [--long-tokens 12000] [--root DIR]
+    python bench/faults/kill_campaign.py --kills 20 [--seed 1] [--long-tokens 12000] [--root DIR]
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ QUESTION = "What does the documentation say about the evaluation order of expres
 
 def make_corpus(root: Path, long_tokens: int) -> list[Path]:
     """Three short real texts and one long one (CPython's pydoc topics prose, the PSF License)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ingest"))
     from ingest_throughput import haystack  # noqa: PLC0415 - the benchmarks' real prose
 
     root.mkdir(parents=True, exist_ok=True)

@@ -10,9 +10,9 @@ Timed as processes, as a user runs them, the map left out of all (`--no-map`):
 - background: `epi ingest DOC --background`, then at once `epi ask Q` (events without a block read from text within
   `--cold-seconds`, while the job warms beside it), then the job's end, then `epi ask Q` again (from the blocks);
 - bare prefill: the answer model's llama.cpp prefill of the same tokens, nothing else, in this process
-  (bench/ingest_throughput.py's bare_prefill_rate).
+  (bench/ingest/ingest_throughput.py's bare_prefill_rate).
 
-    python bench/background_warm.py [--chars 20000] [--question "..."] [--rows two one background] [--bare-tokens N]
+    python bench/ingest/background_warm.py [--chars 20000] [--question "..."] [--rows two one background] [--bare-tokens N]
 
 `--chars 465000` is the whole of the topics, ~100k tokens: issue 36's book (each row then takes most of an hour on
 2 cores).
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: ingest {r['ingest_s']} s ({len(tokens) / r['ingest_s']:.0f} answer-model tokens/s), "
               f"{r['events']} events")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"command": "python bench/background_warm.py " + " ".join(argv or sys.argv[1:]),
+    args.out.write_text(json.dumps({"command": "python bench/ingest/background_warm.py " + " ".join(argv or sys.argv[1:]),
                                     "date": time.strftime("%Y-%m-%d %H:%M"), "load_start": load_start,
                                     "load_end": os.getloadavg(), **rows}, indent=1))
     print(f"\nwrote {args.out}")

@@ -11,7 +11,7 @@
 3. A model of N nodes: min(N x r x e, C), with r one node's reading rate, e the efficiency of (1) (local / 1-worker
    Ray time, start-up excluded) and C the ceiling of (2); the writer saturates at N* = C / (r x e).
 
-    python bench/cluster.py [--files 4] [--chars 6000] [--rounds 2] [--copies 12] [--out bench/results/cluster.json]
+    python bench/ingest/cluster.py [--files 4] [--chars 6000] [--rounds 2] [--copies 12] [--out bench/results/cluster.json]
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ KV_KIND = "q8_0"
 
 
 def prose(n_chars: int) -> str:
-    """Real prose: CPython's pydoc_data topics (PSF License), as bench/ingest_throughput.py reads."""
+    """Real prose: CPython's pydoc_data topics (PSF License), as bench/ingest/ingest_throughput.py reads."""
     from pydoc_data.topics import topics
 
     return "\n\n".join(topics[k] for k in sorted(topics))[:n_chars]

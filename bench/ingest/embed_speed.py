@@ -3,12 +3,12 @@
 ingest used before) against the numpy encoder (what it uses now), on the same windows, the same batch size (32),
 the same thread count (each library's default: one thread per core).
 
-The windows are bench/embedder_reference.py's 1,000 (half prose, half code, cut as ingest cuts events), or the first
+The windows are bench/ingest/embedder_reference.py's 1,000 (half prose, half code, cut as ingest cuts events), or the first
 --windows of them. Rounds alternate the two (ST, numpy, numpy, ST, ...) so that a change in the machine's load
 falls on both; each is timed by wall clock and by this process's CPU seconds, and the load average is read before
 and after, as the machine is shared. The ratio is sentence-transformers' time over numpy's (> 1: numpy is faster).
 
-    pip install 'epi[st]'; python bench/embed_speed.py --out bench/results/embed_speed.json
+    pip install 'epi[st]'; python bench/ingest/embed_speed.py --out bench/results/embed_speed.json
 
 Results: docs/benchmarks.md, "Embedding without torch".
 """
@@ -23,9 +23,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "bench" / "ingest"))
 
 from embedder_reference import reference_windows  # noqa: E402
 

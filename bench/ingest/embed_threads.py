@@ -8,7 +8,7 @@ tokens per second of the whole ingest, and of its embedding stage (IngestResult.
 
 The load average before and after is printed: on a 2-core machine the ratio depends on what else runs.
 
-    python bench/embed_threads.py [--rounds 3] [--chars 40000] [--archive /work/archive-1m]
+    python bench/ingest/embed_threads.py [--rounds 3] [--chars 40000] [--archive /work/archive-1m]
 """
 from __future__ import annotations
 

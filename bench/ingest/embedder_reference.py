@@ -11,7 +11,7 @@ Written: tests/data/embedder_reference.npz (windows, the vectors as float16, the
 tests/test_embedder_reference.py holds the numpy encoder to (cosine >= 0.9999). Prints the cosine of the numpy
 encoder's vectors against these, min and mean (docs/benchmarks.md, "Embedding without torch").
 
-    python bench/embedder_reference.py            # writes tests/data/embedder_reference.npz
+    python bench/ingest/embedder_reference.py            # writes tests/data/embedder_reference.npz
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from episodic_cli.engine.embed.embedder import Embedder, _windows, bundled_embedder_path  # noqa: E402
@@ -78,7 +78,7 @@ def main() -> None:
                        show_progress_bar=False)
     st_s = time.perf_counter() - t
     meta = {"sentence_transformers": sentence_transformers.__version__, "torch": torch.__version__,
-            "windows": len(windows), "seed": SEED, "made_by": "bench/embedder_reference.py"}
+            "windows": len(windows), "seed": SEED, "made_by": "bench/ingest/embedder_reference.py"}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(args.out, windows=np.array(windows), vectors=ref.astype(np.float16),
                         meta=np.array(json.dumps(meta)))

@@ -1,5 +1,5 @@
 """Ingest speed of EPUB, HTML and Word against the same text as a .txt file, side by side in one run (OCR's speed
-and accuracy: bench/ocr_quality.py).
+and accuracy: bench/ingest/ocr_quality.py).
 
 The text: CPython's pydoc topics (real prose with code), cut into chapters of paragraphs. Each format holds the same
 chapters and paragraphs (tests/markup_fixtures.py writes them as a publisher's or Word's tools would). Each file is
@@ -7,7 +7,7 @@ ingested by `epi ingest FILE --answer-model none --json` into its own fresh stor
 figure (the reading pass, model loading excluded). Rounds alternate the order of the formats; the best round of each
 is kept, so a busy moment on the machine does not fall on one format only.
 
-    python bench/formats_ingest.py [--chars 12000] [--rounds 4]
+    python bench/ingest/formats_ingest.py [--chars 12000] [--rounds 4]
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from markup_fixtures import make_docx, make_epub, make_html  # noqa: E402

@@ -9,7 +9,7 @@ own navigation container. Measured per page, then averaged per site:
 - code kept: share of the content's <pre> blocks whose first line is in the output;
 - chrome leaked: share of the navigation's link texts (12+ characters, not also in the content) in the output.
 
-Usage: python bench/html_extract.py [--pages 10] [--out bench/results/html_extract.json]
+Usage: python bench/ingest/html_extract.py [--pages 10] [--out bench/results/html_extract.json]
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from pathlib import Path
 import lxml.etree
 import lxml.html
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from episodic_cli.engine.documents.html_file import read_html  # noqa: E402
 

@@ -6,7 +6,7 @@ issue 36's one reader the bundled model read and the answer model prepared its b
 --answer-model none` (the bundled model reading only). Wall time of each command as a process, its peak RSS from the operating system
 (ru_maxrss of the child), and the ratio.
 
-    python bench/ingest_default.py [--chars 20000]
+    python bench/ingest/ingest_default.py [--chars 20000]
 """
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\ndefault / reading only: {default['tokens_per_s'] / fast['tokens_per_s']:.2f}x the tokens/s"
           f" (answer model's blocks: {default['warm']['events_kept'] if default['warm'] else 0} events)")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"command": "python bench/ingest_default.py " + " ".join(argv or sys.argv[1:]),
+    args.out.write_text(json.dumps({"command": "python bench/ingest/ingest_default.py " + " ".join(argv or sys.argv[1:]),
                                     "date": time.strftime("%Y-%m-%d %H:%M"), "load_end": os.getloadavg(),
                                     "rows": rows}, indent=1))
     return 0

@@ -1,9 +1,9 @@
 """Whole ingest with the numpy embedder against sentence-transformers' (what ingest used before issue 35), side by
 side in one process: the same text, the same reading model, fresh stores, rounds alternating the two so that a
-change in the machine's load falls on both. bench/embed_speed.py times the embedding step alone; this is what a user
+change in the machine's load falls on both. bench/ingest/embed_speed.py times the embedding step alone; this is what a user
 waits for.
 
-    pip install 'epi[st]'; python bench/ingest_embedder.py [--chars 40000] [--rounds 2]
+    pip install 'epi[st]'; python bench/ingest/ingest_embedder.py [--chars 40000] [--rounds 2]
 """
 from __future__ import annotations
 

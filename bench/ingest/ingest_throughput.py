@@ -10,7 +10,7 @@ defaults). The best round of each is reported (a shared machine only ever slows 
 ratios, and the share of ingest time spent inside llama_decode. `--surprise-at every clean` ingests once each way
 per round (segment.SURPRISE_AT: surprise at every token, or only where an event may start), alternating the order.
 
-    python bench/ingest_throughput.py [--threads N] [--rounds 3] [--chars 40000] [--kv q8_0] [--model qwen-1.5b]
+    python bench/ingest/ingest_throughput.py [--threads N] [--rounds 3] [--chars 40000] [--kv q8_0] [--model qwen-1.5b]
         [--surprise-at clean every]
 """
 from __future__ import annotations

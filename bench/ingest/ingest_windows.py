@@ -3,7 +3,7 @@ side by side in one process: the same code files, the same reading model, fresh 
 so that a change in the machine's load falls on both. Code is where the two differ most: a 160-word window of code is
 often 400-600 word pieces, of which MiniLM read 256; token windows read them all, so they embed more.
 
-    python bench/ingest_windows.py [--package pluggy] [--rounds 2]
+    python bench/ingest/ingest_windows.py [--package pluggy] [--rounds 2]
 """
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """What the lm_head costs a prefill: the same tokens decoded with the last token's logits only, with every token's
 (what surprise needs today), and with one token's in `--every` (what surprise at chosen places only would need).
-Same model, threads and 2,048-token windows as bench/ingest_throughput.py, in one process and in turn, each round
+Same model, threads and 2,048-token windows as bench/ingest/ingest_throughput.py, in one process and in turn, each round
 alternating the order; the best round of each is kept (a shared machine only slows a run down) beside every round.
 
-    python bench/logits_cost.py [--rounds 3] [--tokens 4096] [--every 10] [--model qwen-1.5b]
+    python bench/ingest/logits_cost.py [--rounds 3] [--tokens 4096] [--every 10] [--model qwen-1.5b]
 """
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def main() -> None:
     ap.add_argument("--every", type=int, default=10)
     ap.add_argument("--model", default="qwen-1.5b")
     ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--out", type=Path, default=HERE / "results" / "logits_cost.json")
+    ap.add_argument("--out", type=Path, default=HERE.parent / "results" / "logits_cost.json")
     args = ap.parse_args()
     ws = Workspace(model=args.model, store=str(Path(tempfile.mkdtemp(prefix="epi-logits-")) / "unused"))
     tokens = ws.model.tokenize(haystack(8 * args.tokens))[: args.tokens]

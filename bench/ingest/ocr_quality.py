@@ -12,7 +12,7 @@ engine/documents/page_ocr.py uses (classifier off), and one tried and rejected (
 
 Needs the `ocr` extra and, for the held-out pages, pypdfium2 (the `eval` extra).
 
-    python bench/ocr_quality.py [--pages 6] [--out bench/results/ocr_quality.json]
+    python bench/ingest/ocr_quality.py [--pages 6] [--out bench/results/ocr_quality.json]
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from markup_fixtures import make_scanned_pdf  # noqa: E402

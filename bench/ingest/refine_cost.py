@@ -10,7 +10,7 @@ every kv-mode ingest does); how many surprise cuts refinement moved and how far;
 of cuts that fall on a paragraph break (either side of a blank line), a rough sign of where topics change in this
 prose.
 
-    python bench/refine_cost.py [--tokens 10000] [--repeat 2] [--threads N] [--no-kv] [--all]
+    python bench/ingest/refine_cost.py [--tokens 10000] [--repeat 2] [--threads N] [--no-kv] [--all]
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ A long text (the tests' text document and 30 x 120 prose lines) is ingested thro
 bundled model, `--no-kv --commit-every 4`; every window file written is measured as it is written. Both runs'
 events are compared: removing cells early must not change a single event.
 
-    python bench/window_size.py --out bench/results/window_size.json
+    python bench/ingest/window_size.py --out bench/results/window_size.json
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 from conftest import prose_lines, text_document  # noqa: E402
 
 

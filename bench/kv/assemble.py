@@ -20,7 +20,7 @@ Checksum: the pool's payloads through zlib.crc32 and native.crc32 (the same valu
 
 Ratios are taken within the run. Results: bench/results/assemble.json.
 
-    python bench/assemble.py [--cells 5500] [--block 400] [--repeat 15] [--out bench/results/assemble.json]
+    python bench/kv/assemble.py [--cells 5500] [--block 400] [--repeat 15] [--out bench/results/assemble.json]
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ one at a time, interleaved round by round:
 - `ctypes`   the same Python reader installed directly, as epi did before the gate.
 ms per token, median of `--rounds` rounds; the ratios are to `none`.
 
-    python bench/eval_callback_cost.py [--rounds 12] [--cells 3000]
+    python bench/kv/eval_callback_cost.py [--rounds 12] [--cells 3000]
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from pathlib import Path
 import llama_cpp as L
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "answers"))
 from eval import load_average  # noqa: E402
 
 from episodic_cli.engine.kv.keys import rope_params  # noqa: E402
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
                 ms[name].append((time.perf_counter() - t0) * 1000 / TOKENS)
             L.llama_memory_seq_rm(session.memory, 0, args.cells, -1)
     base = statistics.median(ms["none"])
-    print(f"`python bench/eval_callback_cost.py {' '.join(argv if argv is not None else sys.argv[1:])}`: "
+    print(f"`python bench/kv/eval_callback_cost.py {' '.join(argv if argv is not None else sys.argv[1:])}`: "
           f"{args.cells} cells, 1 thread, load {load_start} -> {load_average()}; ms per token, median of "
           f"{args.rounds} rounds of {TOKENS}\n")
     print("| callback | ms/token | / none | rounds |\n|---|---|---|---|")

@@ -16,7 +16,7 @@ reference, as native/src/quant.c has for q8_0 and q4_0):
 - kivi4*: KIVI's K per channel (asymmetric 4-bit over groups of 32 tokens, one f16 scale and minimum per group),
   with V as q4_0, q8_0, rotated q4_0, or asymmetric 4-bit per 32 channels (q4_1-like).
 
-    python bench/kv_formats.py [--places 9]
+    python bench/kv/kv_formats.py [--places 9]
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from episodic_cli.engine.kv import blocks as K
 from episodic_cli.engine.llama.backend import LlamaSession
 from episodic_cli.engine.workspace import Workspace
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 from conftest import license_text  # noqa: E402  (the test suite's real prose)
 
 BLOCK, N_BLOCKS, N_PROBE, HEAD = 128, 3, 32, 64

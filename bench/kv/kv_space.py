@@ -34,10 +34,10 @@ No language model: blocks are random payloads of a chosen size, written and evic
    per second here, where files touched within one kernel tick would share an mtime; `--real-mtimes` keeps the
    kernel's). Blocks are all the same size (`--policy-block-bytes`), so the budget is a block count.
 
-    python bench/kv_space.py                    # everything; ~8.5 min on 2 cores at load 8
-    python bench/kv_space.py --sizes 1000,10000  # without the 45,000-file tier (its set-up alone took ~2.5 min)
-    python bench/kv_space.py --quick            # small sizes, one seed; under ~20 s
-    python bench/kv_space.py --sizes 1000,10000 --reps 9 --skip-policy
+    python bench/kv/kv_space.py                    # everything; ~8.5 min on 2 cores at load 8
+    python bench/kv/kv_space.py --sizes 1000,10000  # without the 45,000-file tier (its set-up alone took ~2.5 min)
+    python bench/kv/kv_space.py --quick            # small sizes, one seed; under ~20 s
+    python bench/kv/kv_space.py --sizes 1000,10000 --reps 9 --skip-policy
 """
 from __future__ import annotations
 

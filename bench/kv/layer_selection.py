@@ -1,7 +1,7 @@
 """Which per-layer scoring finds the block that holds a question's gold excerpt? (issue 13; docs/layered.md)
 
 For each held-out question (sets named on the command line; `needle-N` for a generated passkey haystack of N tokens,
-whose store bench/layered.py builds), the layered answerer assembles its pool and runs its probe; the probe's
+whose store bench/kv/layered.py builds), the layered answerer assembles its pool and runs its probe; the probe's
 queries are then scored against the pool's blocks in several ways, each layer keeps the best blocks within
 LAYER_BUDGET tokens, and the share of layers whose choice holds the gold block is printed per variant:
 - retrieval: the hybrid retrieval's own ranking (the same for every layer);
@@ -10,10 +10,10 @@ LAYER_BUDGET tokens, and the share of layers whose choice holds the gold block i
 - full-*: every key of every block (read back from the cache, rotation undone): the head-summed max dot product,
   or the attention mass a softmax over the whole pool gives each block (mean query, or per question token summed).
 
-    python bench/layer_selection.py pdf-spec needle-16000
+    python bench/kv/layer_selection.py pdf-spec needle-16000
 """
 import sys, time
-sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "answers"))
 import numpy as np
 from heldout import load_sets, resolve, stale_questions
 from eval import covers
@@ -29,7 +29,7 @@ from episodic_cli.engine.retrieval.retrieve import relevance_order
 from episodic_cli import native
 
 BUDGET = LAYER_BUDGET
-sets = [s for s in load_sets(Path(__file__).resolve().parent / "heldout") if s["set"] in sys.argv[1:]]
+sets = [s for s in load_sets(Path(__file__).resolve().parents[1] / "heldout") if s["set"] in sys.argv[1:]]
 needles = [int(a[7:]) for a in sys.argv[1:] if a.startswith("needle-")]
 jobs = [(s["set"], s["questions"]) for s in sets]
 for n in needles:

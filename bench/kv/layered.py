@@ -28,7 +28,7 @@ selecting conditions the first token's two parts, loading the pool and the probe
 per-question ratios of first token and decode speed between conditions (RATIOS). The five conditions before
 `layered-reread` start from an empty cache (the sink reloaded from its file), so each loads all of its blocks.
 
-    python bench/layered.py [--only SET ...] [--needles 16000 32000] [--out docs/layered.md] [--limit N]
+    python bench/kv/layered.py [--only SET ...] [--needles 16000 32000] [--out docs/layered.md] [--limit N]
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "answers"))
 import generators as gen  # noqa: E402
 from eval import BENCH_OPTIONS, ask_once, covers, load_average, score_answer, squash  # noqa: E402
 from heldout import ingest, load_sets, resolve, stale_questions  # noqa: E402
@@ -224,7 +224,7 @@ def ratio_table(rows: list[dict]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sets", type=Path, default=Path(__file__).resolve().parent / "heldout")
+    ap.add_argument("--sets", type=Path, default=Path(__file__).resolve().parents[1] / "heldout")
     ap.add_argument("--only", nargs="*", help="held-out set names (default: all; none with --only)")
     ap.add_argument("--needles", nargs="*", type=int, default=[16000], help="haystack lengths in tokens")
     ap.add_argument("--stores", type=Path, default=cache_dir() / "heldout")
@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     if not rows:
         log("nothing was asked; nothing written")
         return 1
-    command = "python bench/layered.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python bench/kv/layered.py " + " ".join(argv if argv is not None else sys.argv[1:])
     text = [f"Produced by `{command}`, wall {(time.perf_counter() - t0) / 60:.1f} min, load average at start "
             f"{load_start}, at the end {load_average()}; at most {ANSWER_MAX_TOKENS} answer tokens, greedy.", "",
             *summary(rows)]

@@ -1,6 +1,6 @@
 """What per-layer block selection costs a decoded token at the same visible budget, side by side in one run.
 
-bench/layered.py times whole answers, where kv mode reads whatever retrieval returned (1.5-3k tokens) and a layered
+bench/kv/layered.py times whole answers, where kv mode reads whatever retrieval returned (1.5-3k tokens) and a layered
 answer shows each layer up to 3,072: not the same budget. Here every condition decodes the same tokens after the
 same kind of text (the Python standard library's sources, real text nobody on the team wrote), and the layered ones
 show each layer exactly `--visible` tokens:
@@ -20,7 +20,7 @@ Each round decodes `--tokens` tokens one at a time in every condition (interleav
 and removes them again; ms per token is the median over `--rounds` rounds, with the decode threads `epi ask` uses.
 Ratios are to `kv`.
 
-    python bench/layered_cost.py [--visible 3072] [--pool 6144] [--wide 3] [--rounds 5] [--tokens 32]
+    python bench/kv/layered_cost.py [--visible 3072] [--pool 6144] [--wide 3] [--rounds 5] [--tokens 32]
 """
 from __future__ import annotations
 
@@ -36,6 +36,8 @@ import llama_cpp as L
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "answers"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scale"))
 from eval import load_average  # noqa: E402
 from long_run import concatenated_sources  # noqa: E402
 
@@ -170,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
              "layered": s + n_blocks * BLOCK, "layered-wide": s + n_wide * BLOCK}
     seen = {"kv": args.visible, "flash": args.visible, "flash+callback": args.visible, "pool-whole": n_blocks * BLOCK,
             "layered": visible_blocks * BLOCK, "layered-wide": visible_blocks * BLOCK}
-    print(f"\n`python bench/layered_cost.py {' '.join(argv if argv is not None else sys.argv[1:])}`: {threads} decode "
+    print(f"\n`python bench/kv/layered_cost.py {' '.join(argv if argv is not None else sys.argv[1:])}`: {threads} decode "
           f"thread(s), load average {load_start} -> {load_average()}, wall {time.perf_counter() - t_start:.0f} s; "
           f"ms per decoded token, median of {args.rounds} rounds of {args.tokens} tokens\n")
     print("| condition | cells | pool tokens each layer sees | ms/token | / kv |\n|---|---|---|---|---|")

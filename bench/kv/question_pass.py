@@ -15,7 +15,7 @@ Each round decodes each question length in every condition (interleaved, so load
 it again; ms per question is the median over `--rounds` rounds, with the threads `epi ask` uses. Ratios are to `kv`.
 To compare two builds of llama.cpp, run it twice with LD_LIBRARY_PATH pointing at each build's libggml-cpu.
 
-    python bench/question_pass.py [--cells 3072] [--lengths 16 40 63 96] [--rounds 7]
+    python bench/kv/question_pass.py [--cells 3072] [--lengths 16 40 63 96] [--rounds 7]
 """
 from __future__ import annotations
 
@@ -31,6 +31,8 @@ import llama_cpp as L
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "answers"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scale"))
 from eval import load_average  # noqa: E402
 from layered_cost import BLOCK, hidden_per_layer, pooled  # noqa: E402
 from long_run import concatenated_sources  # noqa: E402
@@ -126,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             med = statistics.median(ms[(name, n)])
             rows.append({"question_tokens": n, "condition": name, "ms": round(med, 1), "over_kv": round(med / base, 3),
                          "rounds_ms": [round(x, 1) for x in ms[(name, n)]]})
-    print(f"\n`python bench/question_pass.py {' '.join(argv if argv is not None else sys.argv[1:])}`: llama-cpp-python "
+    print(f"\n`python bench/kv/question_pass.py {' '.join(argv if argv is not None else sys.argv[1:])}`: llama-cpp-python "
           f"{llama_cpp_version()} (CPU backend {loaded_cpu_backend()}), {threads} thread(s), load average "
           f"{load_start} -> {load_average()}, wall {time.perf_counter() - t_start:.0f} s; ms to decode the question "
           f"as one batch, median of {args.rounds} rounds; every layer sees {args.cells:,} tokens of text (layered: "

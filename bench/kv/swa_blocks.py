@@ -33,7 +33,7 @@ The yardsticks: the dense tiny models of tests/test_architectures.py (random wei
 two controls (the same text at other positions; K left unrotated after a move), and the real dense
 Qwen2.5-Coder-0.5B-Instruct (when installed) under this one, in both forms.
 
-    python bench/swa_blocks.py [--gguf gemma-3-270m-q4_k_m.gguf] [--threads 2]
+    python bench/kv/swa_blocks.py [--gguf gemma-3-270m-q4_k_m.gguf] [--threads 2]
 
 Writes bench/results/swa-blocks/gemma3-270m.json and dense-tiny.json.
 """
@@ -53,7 +53,7 @@ from pathlib import Path
 import llama_cpp as L
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from episodic_cli.engine.kv import blocks as K  # noqa: E402

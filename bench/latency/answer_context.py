@@ -2,10 +2,10 @@
 `/usr/bin/time -v`), the time to load that many tokens of stored blocks, the first token, and the decode speed, each
 size in a process of its own (issue 38: "raise the answer context toward the model's trained window where it pays").
 
-It reads bench/whole_scope.py's store (its blocks are loaded in document order, again from the start when the
+It reads bench/latency/whole_scope.py's store (its blocks are loaded in document order, again from the start when the
 store holds fewer tokens than asked: a block loads at any position).
 
-    python bench/answer_context.py [--sizes 8192 16384 24576] [--out bench/results/answer_context.json]
+    python bench/latency/answer_context.py [--sizes 8192 16384 24576] [--out bench/results/answer_context.json]
 """
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def answerer_key(r):
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--store", default=None, help="default: bench/whole_scope.py's store")
+    ap.add_argument("--store", default=None, help="default: bench/latency/whole_scope.py's store")
     ap.add_argument("--model", default="qwen-1.5b")
     ap.add_argument("--sizes", type=int, nargs="*", default=[8192, 16384, 24576])
     ap.add_argument("--threads", type=int, default=None)

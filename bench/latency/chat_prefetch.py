@@ -9,7 +9,7 @@ conditions alternate their order from one question to the next, each on its own 
 follow-up's first token after the question, the events it read from text (cold), the tokens it left out to keep
 within --cold-seconds, and its answer (read them: the answers are in the JSON).
 
-    python bench/chat_prefetch.py --stores /work/stores [--sets whole-code-dotenv ...] [--think 30]
+    python bench/latency/chat_prefetch.py --stores /work/stores [--sets whole-code-dotenv ...] [--think 30]
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "retrieval"))
 from retrieval_variants import copy_store  # noqa: E402
 
 from episodic_cli.chat_prefetch import ChatPrefetch  # noqa: E402
@@ -34,7 +34,7 @@ from episodic_cli.engine.llama.models import answer_model  # noqa: E402
 from episodic_cli.engine.workspace import Workspace  # noqa: E402
 from episodic_cli.store import Store  # noqa: E402
 
-SETS = Path(__file__).resolve().parent / "heldout" / "whole"
+SETS = Path(__file__).resolve().parents[1] / "heldout" / "whole"
 
 
 def turn(ws: Workspace, st: Store, question: str, history: list[dict]) -> dict:

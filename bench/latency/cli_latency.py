@@ -1,10 +1,10 @@
 """`epi ask` as a new user runs it: a fresh process per question, kv mode versus text mode, side by side.
 
-bench/kv_vs_text.py times the answer from the question on; this times what a person at the terminal waits for:
+bench/latency/kv_vs_text.py times the answer from the question on; this times what a person at the terminal waits for:
 process start -> imports -> model, store and embedder -> retrieval -> first answer character on stdout, and the
 whole command. The questions alternate between the modes so that both see the same machine state.
 
-    python bench/cli_latency.py [--store DIR] [--repeat 3] [--threads N]
+    python bench/latency/cli_latency.py [--store DIR] [--repeat 3] [--threads N]
 
 Without --store, it first ingests 40,000 characters of CPython's reference prose (pydoc_data topics, PSF License)
 with `epi ingest` into a temporary store.
@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ingest"))
 from ingest_throughput import haystack  # noqa: E402
 
 QUESTIONS = [

@@ -3,7 +3,7 @@ against decoding the whole prompt each time (the code before): side by side, alt
 
 No document is read: the follow-ups and their one-turn conversations below are invented.
 
-    python bench/condense_prefix.py [--repeat 3] [--out FILE]
+    python bench/latency/condense_prefix.py [--repeat 3] [--out FILE]
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="qwen-1.5b")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "condense_prefix.json")
+    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "results" / "condense_prefix.json")
     args = ap.parse_args()
     model = LlamaModel(prepare_model(args.model).path)
     condenser = Condenser(model)

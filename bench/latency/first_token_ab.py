@@ -9,7 +9,7 @@ rotating from question to question so that a change in the machine's load falls 
 Printed: the first-token medians, each condition's ratio to `k3-free` (issue 14: at most 1.25x), and the median of
 the per-question ratios.
 
-    python bench/first_token_ab.py [--only SET ...] [--out bench/results/first_token_ab.json]
+    python bench/latency/first_token_ab.py [--only SET ...] [--out bench/results/first_token_ab.json]
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "answers"))
 from eval import BENCH_OPTIONS, ask_once, load_average  # noqa: E402
 from heldout import stored_questions  # noqa: E402
 
@@ -34,9 +34,9 @@ CONDITIONS = {"k3-free": {"k": 3, "short": False}, "k3-short": {"k": 3, "short":
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sets", type=Path, default=Path(__file__).resolve().parent / "heldout")
+    ap.add_argument("--sets", type=Path, default=Path(__file__).resolve().parents[1] / "heldout")
     ap.add_argument("--only", nargs="*", default=["book", "code", "pdf-manual", "pdf-spec"])
-    ap.add_argument("--stores", type=Path, default=cache_dir() / "heldout", help="bench/heldout.py's stores")
+    ap.add_argument("--stores", type=Path, default=cache_dir() / "heldout", help="bench/answers/heldout.py's stores")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--out", type=Path, default=Path("bench/results/first_token_ab.json"))
     args = ap.parse_args(argv)

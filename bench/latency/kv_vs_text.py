@@ -7,13 +7,14 @@ it) and as a chat follow-up on the same events (the cache kept from the previous
 also measures kv mode with 0%, 50% and 100% of the events cold (their blocks removed from the tier before each run,
 so they are prefilled from text in place and kept again: what a first question pays after `--model OTHER`, or
 beyond the KV budget). Also reports disk bytes per token of the tier's blocks. Ingest throughput has its own
-script, bench/ingest_throughput.py.
+script, bench/ingest/ingest_throughput.py.
 
-    python bench/kv_vs_text.py [--threads N] [--repeat 3] [--store DIR]
+    python bench/latency/kv_vs_text.py [--threads N] [--repeat 3] [--store DIR]
 """
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,7 +26,9 @@ from episodic_cli.engine.ingest.segment import SegmentParams
 from episodic_cli.engine.documents.sources import discover
 from episodic_cli.engine.workspace import Workspace
 from episodic_cli.store import Store
-from ingest_throughput import haystack
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ingest"))
+from ingest_throughput import haystack  # noqa: E402
 
 TARGETS = (512, 1024, 2048, 4096)
 COLD_TARGET = 2048

@@ -10,7 +10,7 @@ memory over many questions.
 2. Memory: --questions N questions (default 200) through the same server, its VmRSS and VmHWM (/proc) read after
    each; flat means the high-water mark after the last question within 10% of the one after the warm-up ones.
 
-    python bench/mcp_latency.py [--store DIR] [--model smollm2] [--repeat 2] [--questions 200] [--threads N]
+    python bench/latency/mcp_latency.py [--store DIR] [--model smollm2] [--repeat 2] [--questions 200] [--threads N]
 
 Without --store it first ingests 40,000 characters (--chars) of CPython's reference prose (pydoc_data topics, PSF License)
 with `epi ingest --answer-model MODEL --no-map` into a temporary store, so MODEL's blocks are there. Writes
@@ -34,7 +34,7 @@ from pathlib import Path
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 STATUS = "epi: "  # the server's status lines (mcp_server.STATUS); every other progress message is answer text
 
 QUESTIONS = [

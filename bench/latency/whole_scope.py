@@ -5,7 +5,7 @@ The store is the Vim user manual's chapters 10-12 (on every Debian machine with 
 only the timing is measured here), ingested with the defaults, so the answer model's blocks are there. Each
 condition is asked `--repeat` times, alternating, so that a change in the machine's load falls on both.
 
-    python bench/whole_scope.py [--store DIR] [--question Q] [--repeat 2] [--out FILE]
+    python bench/latency/whole_scope.py [--store DIR] [--question Q] [--repeat 2] [--out FILE]
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ loaded is the floor the document adds to. The texts
 are real and nobody on the team wrote them: the Python sources of this virtual environment's installed packages,
 concatenated in sorted order, cut to each size at a line end, saved as .txt (plain-text headings are looked for).
 
-    python bench/document_memory.py --sizes 4,40 --before ddcef92 --out bench/results/document_memory.json
+    python bench/memory/document_memory.py --sizes 4,40 --before ddcef92 --out bench/results/document_memory.json
 """
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE.parent / "scale"))
 from long_run import concatenated_sources  # noqa: E402
 
 EVENT_TOKENS = 256

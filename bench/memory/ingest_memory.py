@@ -1,7 +1,7 @@
 """Peak memory of `epi ingest` on single documents of increasing length, side by side in one run (issue 12, item 2).
 
 Each document is a prefix of one real text nobody on the team wrote: the Python standard library's modules (tests
-left out) concatenated in sorted order (bench/long_run.py's text), cut at a line end. Every size is ingested into a
+left out) concatenated in sorted order (bench/scale/long_run.py's text), cut at a line end. Every size is ingested into a
 fresh store by `epi ingest DOC --json` in its own process under `/usr/bin/time -v` (peak RSS as the OS reports it),
 while VmRSS is also read every `--every` seconds, so the growth inside one run shows too (RSS at the end against
 RSS when the first quarter of the tokens were committed).
@@ -12,8 +12,8 @@ random-weight GGUF that tests/tiny_gguf.py writes (2 layers, SentencePiece-style
 embedding, store and segmentation work per token as the bundled model's; its own weights, KV blocks and context
 are small, so its peak RSS is lower and its growth, if any, shows more plainly.
 
-    python bench/ingest_memory.py --out bench/results/ingest_memory.json
-    python bench/ingest_memory.py --tiny 125000,500000,2000000 --bundled 15000,60000 --out /tmp/x.json
+    python bench/memory/ingest_memory.py --out bench/results/ingest_memory.json
+    python bench/memory/ingest_memory.py --tiny 125000,500000,2000000 --bundled 15000,60000 --out /tmp/x.json
 
 Before each model's runs, one small untimed ingest prepares what a first use prepares (the bundled model's F16
 form, hash memos), so that no measured run pays for it. Prints one line per run and, per model, the ratios of the
@@ -32,8 +32,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE.parent / "scale"))
+sys.path.insert(0, str(HERE.parents[1] / "tests"))
 
 from long_run import build_text, committed_tokens, rss_mb  # noqa: E402
 

@@ -1,7 +1,7 @@
 """Peak memory of one default `epi ingest` (read, keep the blocks, write the map), as the operating system counts it
 (`/usr/bin/time -v`, maximum resident set size), for this checkout and an earlier one side by side in one run.
 
-    python bench/ingest_peak_rss.py --file README.md --before /path/to/earlier/checkout [--chars 6000]
+    python bench/memory/ingest_peak_rss.py --file README.md --before /path/to/earlier/checkout [--chars 6000]
 
 Each side ingests the same file (its first --chars characters) into a fresh temporary store with its own code
 (PYTHONPATH set to that checkout). Prints both peaks and their ratio; writes bench/results/ingest_peak_rss.json.
@@ -39,13 +39,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--file", type=Path, required=True)
     ap.add_argument("--before", type=Path, required=True, help="a checkout of the earlier code")
     ap.add_argument("--chars", type=int, default=6000, help="ingest this many characters of the file")
-    ap.add_argument("--out", type=Path, default=HERE / "results" / "ingest_peak_rss.json")
+    ap.add_argument("--out", type=Path, default=HERE.parent / "results" / "ingest_peak_rss.json")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         document = Path(tmp) / args.file.name
         document.write_text(args.file.read_text(encoding="utf-8")[:args.chars], encoding="utf-8")
         sides = {}
-        for name, checkout in (("before", args.before.resolve()), ("after", HERE.parent)):
+        for name, checkout in (("before", args.before.resolve()), ("after", HERE.parents[1])):
             kb, seconds, mapped = peak_kb(checkout, document, Path(tmp) / f"store-{name}")
             sides[name] = {"checkout": str(checkout), "peak_rss_mb": round(kb / 1024, 1), "wall_s": round(seconds, 1),
                            "map_written": mapped.get("written")}

@@ -7,7 +7,7 @@ their top pads); the committed tokens (from the store); and with `--tracemalloc`
 at the end, the sites that grew most between the first and the last sample. Each sample is one JSON line in
 `--out`. `--trim` calls malloc_trim(0) before each sample (does the memory go back to the OS when asked?).
 
-    python bench/ingest_rss_causes.py DOC --model tiny.gguf --out /tmp/logs/rss/probe.jsonl [--tracemalloc]
+    python bench/memory/ingest_rss_causes.py DOC --model tiny.gguf --out /tmp/logs/rss/probe.jsonl [--tracemalloc]
 
 Environment variables such as MALLOC_ARENA_MAX or MALLOC_MMAP_THRESHOLD_ are glibc's own and can be set around it.
 """
@@ -22,8 +22,8 @@ import time
 import tracemalloc
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scale"))
 from long_run import committed_tokens  # noqa: E402
 
 

@@ -9,7 +9,7 @@ question and a `summary` every twentieth; the questions are made from the docume
 call the server's VmRSS and VmHWM are read from /proc/PID/status. The warm-up (--warm-up, 10 questions) holds one
 call of each kind, so each path's buffers are there before the baseline is taken.
 
-    python bench/mcp_memory.py [--store DIR --questions-from FILE...] [--questions 200] [--answer-tokens 64]
+    python bench/memory/mcp_memory.py [--store DIR --questions-from FILE...] [--questions 200] [--answer-tokens 64]
                                [--threads N]
 
 Without --store it ingests README.md and docs/usage.md of this checkout (--docs) with `epi ingest --answer-model
@@ -38,10 +38,10 @@ from pathlib import Path
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "latency"))
 from mcp_latency import env, epi, memory_kb, server_pid  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ["README.md", "docs/usage.md"]
 CHECKPOINTS = (1, 5, 10, 25, 50, 75, 100, 125, 150, 175, 200)
 

@@ -7,7 +7,7 @@ whole: kv mode with the blocks the ingest kept (hot), kv mode with the tier empt
 prefilled from text), and text mode. Peak memory is the process's own high-water mark (ru_maxrss, as VmHWM). Ratios
 are against the first model listed, measured in the same run.
 
-    python bench/answer_models.py [--models smollm2 qwen-0.5b qwen-1.5b] [--chars 40000] [--threads N]
+    python bench/models/answer_models.py [--models smollm2 qwen-0.5b qwen-1.5b] [--chars 40000] [--threads N]
 """
 from __future__ import annotations
 
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['first_token_hot_s']:.2f} / {r['first_token_cold_s']:.2f} / {r['first_token_text_s']:.2f} | "
               f"{r['first_token_text_s'] / r['first_token_hot_s']:.0f}x | {r['load_s']:.1f} | {r['peak_rss_mb']:,} |")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"command": "python bench/answer_models.py " + " ".join(argv or sys.argv[1:]),
+    args.out.write_text(json.dumps({"command": "python bench/models/answer_models.py " + " ".join(argv or sys.argv[1:]),
                                     "cpus": len(os.sched_getaffinity(0)), "load_end": os.getloadavg(),
                                     "date": time.strftime("%Y-%m-%d %H:%M"), "rows": rows}, indent=1))
     print(f"\nwrote {args.out}")

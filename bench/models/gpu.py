@@ -18,7 +18,7 @@ reading model expanded to F16, the Qwen answer models as shipped), found through
 --model NAME|FILE.gguf, repeated. Without epi installed (a bare GPU machine with only the CUDA llama-cpp-python),
 give files: a small quantized one is expanded to F16 first as epi would (--as-shipped keeps it as it is).
 
-    python bench/gpu.py [--model smollm2 --model qwen-1.5b | --model FILE.gguf ...] [--rounds 3] [--out FILE]
+    python bench/models/gpu.py [--model smollm2 --model qwen-1.5b | --model FILE.gguf ...] [--rounds 3] [--out FILE]
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 WINDOW = 2048
 BATCH = 512  # backend.INGEST_BATCH
 EXPAND_TO_F16_MAX_BYTES = 700_000_000  # model_facts.EXPAND_TO_F16_MAX_BYTES: the rule prepare_model applies
@@ -42,7 +42,7 @@ _keep_log = None
 
 
 def haystack(n_chars: int) -> str:
-    """Real prose: CPython's pydoc_data topics (PSF License), as bench/ingest_throughput.py reads."""
+    """Real prose: CPython's pydoc_data topics (PSF License), as bench/ingest/ingest_throughput.py reads."""
     from pydoc_data.topics import topics
 
     text = "\n\n".join(topics[k] for k in sorted(topics))
@@ -336,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"  {r['model']}: {line}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
-        "command": "python bench/gpu.py " + " ".join(passed), "date": time.strftime("%Y-%m-%d %H:%M"),
+        "command": "python bench/models/gpu.py " + " ".join(passed), "date": time.strftime("%Y-%m-%d %H:%M"),
         "device": device_name(), "gpu_offload": offload, "llama_cpp_python": L.__version__,
         "system_info": L.llama_print_system_info().decode("utf-8", "replace").strip(),
         "cpus": len(os.sched_getaffinity(0)), "host": platform.node(), "rows": rows, "failed": failed}, indent=1))

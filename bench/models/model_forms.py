@@ -2,7 +2,7 @@
 measured side by side in one run. Fidelity is against the shipped Q4_1 weights: argmax agreement of the next-token
 prediction at every position of a real text, and the max absolute logit difference.
 
-    python bench/model_forms.py [--tokens 1024] [--threads N]
+    python bench/models/model_forms.py [--tokens 1024] [--threads N]
 """
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ def convert(src: Path, ftype: int, dst: Path) -> Path:
 
 def sample_text() -> str:
     # Real prose: the EM-LLM paper in the shared seeds if present, else this repository's README.
-    seeds = sorted(Path(__file__).resolve().parents[2].glob("shared/seeds/001_*.txt"))
-    path = seeds[0] if seeds else Path(__file__).resolve().parents[1] / "README.md"
+    seeds = sorted(Path(__file__).resolve().parents[3].glob("shared/seeds/001_*.txt"))
+    path = seeds[0] if seeds else Path(__file__).resolve().parents[2] / "README.md"
     return path.read_text()[:40000]
 
 

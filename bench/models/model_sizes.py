@@ -8,7 +8,7 @@ RSS, "Maximum resident set size", from the OS):
   the ingest's sliding window (ingest_context, SegmentParams().local), logits at the clean cuts only (the default
   surprise_at), each ~`--block-tokens` block captured as soon as it is decoded (capture_block), encoded to q8_0
   (encode_block, epi's default block type) and written to a file of its own. Tokens per second of that pass.
-  Segmentation, representative keys, the embedder and the store are not in it (bench/ingest_throughput.py has
+  Segmentation, representative keys, the embedder and the store are not in it (bench/ingest/ingest_throughput.py has
   their share with the small models).
 - (d) **KV bytes per token**: the encoded q8_0 payloads' bytes over their tokens (header and positions included),
   and the same blocks encoded f16.
@@ -37,9 +37,9 @@ Llama shape, with its ChatML template; Llama 3.1's rope_freqs tensor (its long-c
 included, as real Llama 3.1 GGUFs carry it. Random weights give true timings (the same tensors, the same kernels,
 the same number of tokens), not answers.
 
-    python bench/model_sizes.py [--models qwen2.5-0.5b qwen2.5-1.5b qwen2.5-7b llama3.1-8b] [--tokens 3000]
+    python bench/models/model_sizes.py [--models qwen2.5-0.5b qwen2.5-1.5b qwen2.5-7b llama3.1-8b] [--tokens 3000]
         [--threads N] [--repeat 2] [--big-repeat 1] [--dir /work/bigmodels] [--out FILE]
-    python bench/model_sizes.py --add-predictions bench/results/model-sizes/2026-12-07.json   # fill in epi's prediction
+    python bench/models/model_sizes.py --add-predictions bench/results/model-sizes/2026-12-07.json   # fill in epi's prediction
 """
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "bench" / "results" / "model-sizes"
 QUESTION = "What do these passages say about the evaluation order of expressions?"
 BIG_PARAMS = 3e9
@@ -109,7 +109,7 @@ SHAPES = {s.name: s for s in (
 
 
 def haystack(n_chars: int) -> str:
-    """Real prose: CPython's pydoc_data topics (PSF License), as bench/ingest_throughput.py and bench/gpu.py read."""
+    """Real prose: CPython's pydoc_data topics (PSF License), as bench/ingest/ingest_throughput.py and bench/models/gpu.py read."""
     from pydoc_data.topics import topics
 
     return "\n\n".join(topics[k] for k in sorted(topics))[:n_chars]
@@ -803,7 +803,7 @@ def main() -> None:
     SCRATCH = Path(a.dir) / "work"
     started = time.perf_counter()
     out = a.out or RESULTS / f"{dt.date.today():%Y-%m-%d}.json"
-    doc = {"date": dt.datetime.now().isoformat(timespec="seconds"), "command": " ".join(["python", "bench/model_sizes.py", *sys.argv[1:]]), "machine": machine(), "question": QUESTION, "tokens": a.tokens,
+    doc = {"date": dt.datetime.now().isoformat(timespec="seconds"), "command": " ".join(["python", "bench/models/model_sizes.py", *sys.argv[1:]]), "machine": machine(), "question": QUESTION, "tokens": a.tokens,
            "block_tokens": a.block_tokens, "threads": a.threads, "repeat": a.repeat, "big_repeat": a.big_repeat,
            "note": NOTE, "models": [], "failed": {}}
     log(f"machine: {doc['machine']['cores']} cores, {doc['machine']['cpu']}, load {os.getloadavg()[0]:.2f}")

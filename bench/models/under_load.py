@@ -19,7 +19,7 @@ once, when llama.cpp loads. Settings:
 - `passive`, `spin10k`, `threads1`: the other candidates (OMP_WAIT_POLICY=passive; GOMP_SPINCOUNT=10000; old wait
   with --threads 1), with `--settings`.
 
-    python bench/under_load.py [--reps 3] [--settings old,new] [--ingest-chars 5000] [--decode-tokens 32]
+    python bench/models/under_load.py [--reps 3] [--settings old,new] [--ingest-chars 5000] [--decode-tokens 32]
 
 Prints every measurement (with the 1-minute load average before it) and, per setting, the median idle and loaded
 rates, their min-max, and loaded/idle.
@@ -53,7 +53,7 @@ PROMPT_TOKENS = 512
 
 
 def haystack(n_chars: int) -> str:
-    """Real prose: CPython's pydoc_data topics (PSF License), as bench/ingest_throughput.py uses."""
+    """Real prose: CPython's pydoc_data topics (PSF License), as bench/ingest/ingest_throughput.py uses."""
     from pydoc_data.topics import topics
 
     return "\n\n".join(topics[k] for k in sorted(topics))[:n_chars]

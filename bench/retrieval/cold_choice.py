@@ -12,7 +12,7 @@ or far past the KV budget. For each held-out question the events `Workspace.ask`
 tokens/s = 600). Prints, per set and in total, how often the gold excerpt lies inside what was read, and the tokens
 read; writes the rows to --out.
 
-    python bench/cold_choice.py --stores DIR [--only SET ...] [--rooms 300 600 900] [--out FILE]
+    python bench/retrieval/cold_choice.py --stores DIR [--only SET ...] [--rooms 300 600 900] [--out FILE]
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "answers"))
 from eval import covers, load_average  # noqa: E402
 from heldout import K, load_sets, stale_questions  # noqa: E402
 
@@ -63,7 +63,7 @@ def passages_rule(question, retrieved, room, tokens_of, radius) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sets", type=Path, default=Path(__file__).resolve().parent / "heldout")
+    ap.add_argument("--sets", type=Path, default=Path(__file__).resolve().parents[1] / "heldout")
     ap.add_argument("--stores", type=Path, required=True)
     ap.add_argument("--only", nargs="+")
     ap.add_argument("--rooms", type=int, nargs="+", default=[300, 600, 900])

@@ -1,7 +1,7 @@
-"""Two `bench/heldout.py --retrieval` runs side by side, per set: source recall, the gold excerpt in a hit, in the
+"""Two `bench/answers/heldout.py --retrieval` runs side by side, per set: source recall, the gold excerpt in a hit, in the
 first hit, and which questions moved (the rank of the first hit holding the gold excerpt, before -> after).
 
-    python bench/compare_retrieval.py BEFORE/retrieval.json AFTER/retrieval.json [AFTER2/retrieval.json ...]
+    python bench/retrieval/compare_retrieval.py BEFORE/retrieval.json AFTER/retrieval.json [AFTER2/retrieval.json ...]
 
 Several AFTER files are read as one (a run a set at a time writes one file per set); only the questions in both are
 compared.

@@ -5,10 +5,10 @@ the question) and the quotes that support an answer; its `stem()` decides which 
 stripped -ing/-ed/-es/-s from words over four letters ("class" became "clas", "classes" "class"; "use", "used" and
 "uses" never met); now it is the Snowball English stemmer. Retrieval does not stem, so source recall cannot change:
 what can is whether the gold excerpt and the gold answer are among the chosen sentences. Both stemmers run on the
-same retrieved events of every question (k=5, +-1 neighbour), in one run, on the stores a `python bench/heldout.py
+same retrieved events of every question (k=5, +-1 neighbour), in one run, on the stores a `python bench/answers/heldout.py
 --retrieval --stores DIR` run left.
 
-    python bench/evidence_stemming.py --stores DIR [--only SET ...] [--out bench/results/evidence-stemming.json]
+    python bench/retrieval/evidence_stemming.py --stores DIR [--only SET ...] [--out bench/results/evidence-stemming.json]
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "answers"))
 from eval import covers, load_average, score_answer  # noqa: E402
 from heldout import K, load_sets, stale_questions  # noqa: E402
 
@@ -52,7 +52,7 @@ def chosen_text(question: str, retrieved: list, stemmer) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sets", type=Path, default=Path(__file__).resolve().parent / "heldout")
+    ap.add_argument("--sets", type=Path, default=Path(__file__).resolve().parents[1] / "heldout")
     ap.add_argument("--stores", type=Path, required=True)
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--out", type=Path, default=Path("bench/results/evidence-stemming.json"))

@@ -10,7 +10,7 @@ Each is measured with the rule that a question given back by the rewrite is glue
 shorter than N words, for several N (tried, not kept: docs/heldout.md, "Follow-ups on a fifth blind set, and a new
 question in a chat"). The model's rewrites are made once and saved (`--rewrites` reads them back).
 
-    python bench/followup_search.py --set-store bench/heldout/followups5=/work/stores/fu5 [...] --out FILE
+    python bench/retrieval/followup_search.py --set-store bench/heldout/followups5=/work/stores/fu5 [...] --out FILE
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Two follow-up searches tried against `condense.search_for` on the retrieval proxy of `bench/followup_search.py`
+"""Two follow-up searches tried against `condense.search_for` on the retrieval proxy of `bench/retrieval/followup_search.py`
 (share of the standalone form's k=5 passages found, a neighbour counting), none kept (docs/heldout.md, "Follow-ups
 on a fifth blind set, and a new question in a chat"):
 - `topic`: the answer model names what the follow-up is about, a short phrase from the conversation, searched with
@@ -7,7 +7,7 @@ on a fifth blind set, and a new question in a chat"):
 - `novel`: the glued search without the last question's best passage (`drop1`), its best two (`drop2`), or with its
   best passage moved to fifth place (`last`).
 
-    python bench/followup_variants.py --rewrites bench/results/followup-search-s51-sets1-4.json --out FILE
+    python bench/retrieval/followup_variants.py --rewrites bench/results/followup-search-s51-sets1-4.json --out FILE
 """
 from __future__ import annotations
 
@@ -114,7 +114,7 @@ def measure(rows: list[dict], model: str) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rewrites", type=Path, required=True, help="rows saved by bench/followup_search.py (the "
+    ap.add_argument("--rewrites", type=Path, required=True, help="rows saved by bench/retrieval/followup_search.py (the "
                     "phrases are added, or read back when the file holds them)")
     ap.add_argument("--model", default="qwen-1.5b")
     ap.add_argument("--out", type=Path, required=True)

@@ -3,7 +3,7 @@ each set's own store: the subject the rule reads, the whole it names there, and 
 Run it with PYTHONPATH set to another checkout to see that checkout's routing (where named_whole.py does not exist
 yet, only question_kind.py's classify).
 
-    python bench/named_routing.py --sets bench/heldout/named --stores DIR [--out FILE]
+    python bench/retrieval/named_routing.py --sets bench/heldout/named --stores DIR [--out FILE]
 """
 from __future__ import annotations
 

@@ -6,9 +6,9 @@ gold excerpt lies inside the events that
 - `pool-1x`  a `--layered` pool holds by default (what the answer context holds, ~7k tokens, in order);
 - `pool-Nx`  a pool N times that (`--pool`, lanes sharing positions), for N in `--sizes`;
 and the pool's size in tokens and events. A gold excerpt only a larger pool holds is what per-layer selection could
-add; whether a layer's query then picks it is what bench/layered.py measures.
+add; whether a layer's query then picks it is what bench/kv/layered.py measures.
 
-    python bench/pool_recall.py [--sizes 2 3 6] [--only SET ...] [--out bench/results/pool_recall.json]
+    python bench/retrieval/pool_recall.py [--sizes 2 3 6] [--only SET ...] [--out bench/results/pool_recall.json]
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "answers"))
 from eval import covers  # noqa: E402
 from heldout import load_sets, resolve, stale_questions  # noqa: E402
 
@@ -30,7 +30,7 @@ from episodic_cli.store import Store, StoreError  # noqa: E402
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sets", type=Path, default=Path(__file__).resolve().parent / "heldout")
+    ap.add_argument("--sets", type=Path, default=Path(__file__).resolve().parents[1] / "heldout")
     ap.add_argument("--stores", type=Path, default=cache_dir() / "heldout")
     ap.add_argument("--only", nargs="*", help="set names (default: all whose store is cached)")
     ap.add_argument("--sizes", nargs="*", type=int, default=[2, 3, 6], help="pool sizes, in answer contexts' room")
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             store = Store.open_existing(ws.store_dir)
         except StoreError:
-            print(f"{spec['set']}: skipped (no cached store: run bench/heldout.py first)")
+            print(f"{spec['set']}: skipped (no cached store: run bench/answers/heldout.py first)")
             continue
         with store:
             stale = set(stale_questions(store, spec["questions"]))

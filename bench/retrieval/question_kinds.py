@@ -2,7 +2,7 @@
 (bench/heldout/whole/, written blind after the rule was fixed) by the kind their writer gave each question, and the
 lookup sets (bench/heldout/*.json), which must all stay lookups. No model runs: this is the rule alone.
 
-    python bench/question_kinds.py [--sets bench/heldout/whole2] [--out bench/results/question_kinds.json]
+    python bench/retrieval/question_kinds.py [--sets bench/heldout/whole2] [--out bench/results/question_kinds.json]
 """
 from __future__ import annotations
 
@@ -22,12 +22,12 @@ WANTED = {"summary": {"whole", "overview"}, "who-did-what": {"whole", "overview"
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sets", type=Path, default=HERE / "heldout" / "whole", help="the whole-scope sets' folder")
+    ap.add_argument("--sets", type=Path, default=HERE.parent / "heldout" / "whole", help="the whole-scope sets' folder")
     ap.add_argument("--out", type=Path, default=None,
                     help="default: bench/results/question_kinds.json (question_kinds-<folder>.json for other sets)")
     args = ap.parse_args(argv)
-    default_sets = args.sets.resolve() == (HERE / "heldout" / "whole").resolve()
-    out = args.out or HERE / "results" / ("question_kinds.json" if default_sets else
+    default_sets = args.sets.resolve() == (HERE.parent / "heldout" / "whole").resolve()
+    out = args.out or HERE.parent / "results" / ("question_kinds.json" if default_sets else
                                           f"question_kinds-{args.sets.name}.json")
     table: dict[str, Counter] = defaultdict(Counter)
     rows = []
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
             got = classify(asked).value
             table[q["kind"]][got] += 1
             rows.append({"qid": q["qid"], "kind": q["kind"], "routed": got, "question": asked})
-    lookups = [q["question"] for p in HERE.glob("heldout/*.json") for q in json.loads(p.read_text())["questions"]]
+    lookups = [q["question"] for p in HERE.parent.glob("heldout/*.json") for q in json.loads(p.read_text())["questions"]]
     table["lookup sets"].update(classify(q).value for q in lookups)
     print(f"{'kind':<14} {'n':>3}  " + "  ".join(f"{k:>8}" for k in ("lookup", "whole", "explain", "overview")))
     for kind, counts in table.items():

@@ -1,8 +1,8 @@
 """Source recall of a store against a changed copy of it, side by side, on the held-out sets: one change at a time.
 
-Needs the stores a `python bench/heldout.py --retrieval --stores DIR` run of an epi from before token windows left in
+Needs the stores a `python bench/answers/heldout.py --retrieval --stores DIR` run of an epi from before token windows left in
 DIR (embedded with 160-word windows). For each set: copy its store (SQLite and index only: retrieval reads no KV
-block), change the copy, then ask each question's retrieval of both, as bench/heldout.py --retrieval does (k=5, +-1
+block), change the copy, then ask each question's retrieval of both, as bench/answers/heldout.py --retrieval does (k=5, +-1
 neighbour). The events are the same in both. Prints and writes per set: source recall (the gold excerpt among the
 events read), the gold excerpt inside a hit, inside the first hit, and how long the change took. Changes:
 
@@ -12,7 +12,7 @@ The porter-stemmed lexical index was compared by this script at 30aaa2f (`--chan
 bench/results/retrieval-porter.json), before migration m010 made it every store's: this epi stems a store's index
 when it opens it, so the unstemmed side can no longer be had and that change is gone from here.
 
-    python bench/retrieval_variants.py --stores DIR --change token-windows [--only SET ...] [--out FILE]
+    python bench/retrieval/retrieval_variants.py --stores DIR --change token-windows [--only SET ...] [--out FILE]
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "answers"))
 from eval import load_average  # noqa: E402
 from heldout import load_sets, retrieval_row, stale_questions  # noqa: E402
 
@@ -118,7 +118,7 @@ def run_set(spec: dict, stores: Path, scratch: Path, changes: list[str], threads
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sets", type=Path, default=Path(__file__).resolve().parent / "heldout")
+    ap.add_argument("--sets", type=Path, default=Path(__file__).resolve().parents[1] / "heldout")
     ap.add_argument("--stores", type=Path, required=True, help="stores a heldout.py --retrieval run left")
     ap.add_argument("--only", nargs="*", help="set names (default: all)")
     ap.add_argument("--threads", type=int, default=None)

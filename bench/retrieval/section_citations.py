@@ -2,12 +2,12 @@
 
 For every question of the held-out sets that name a place (`bench/heldout/sections-*.json`, whose questions carry
 the chapter/section they name in `names`), retrieval runs as `epi ask` runs it (the question's scope, k=3, +-1
-neighbour) on the store bench/heldout.py built for the set of the same documents (`book` for the Vim manual,
+neighbour) on the store bench/answers/heldout.py built for the set of the same documents (`book` for the Vim manual,
 `pdf-manual` / `pdf-spec` for the two PDFs). Printed per question and in total: whether retrieval was restricted to
 a place, whether the best hit's citation (its section as `epi ask` shows it) names the section asked about, whether
 any cited source does, and whether the gold excerpt was read. No answers are generated (retrieval only).
 
-    python bench/section_citations.py [--stores DIR]
+    python bench/retrieval/section_citations.py [--stores DIR]
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import re
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "answers"))
 from eval import covers  # noqa: E402
 
 from episodic_cli.engine.paths import cache_dir  # noqa: E402
@@ -50,7 +50,7 @@ def main() -> int:
     args = ap.parse_args()
     rows = []
     workspaces: dict[str, tuple[Workspace, object]] = {}
-    for path in sorted((HERE / "heldout").glob("sections-*.json")):
+    for path in sorted((HERE.parent / "heldout").glob("sections-*.json")):
         for q in json.loads(path.read_text(encoding="utf-8"))["questions"]:
             store_name = next(v for k, v in STORE_OF.items() if k in q["where"])
             if store_name not in workspaces:

@@ -8,7 +8,7 @@ far (the last committed event's end, read from the store) and the ingest process
 again, which resumes from its last checkpoint. The log (JSON lines) and a summary go to `--out`: throughput over the
 first and last 10% of the tokens, RSS over the run, the resume point.
 
-    python bench/long_run.py --tokens 1000000 --kill-at 0.4 --out bench/results/long_run.json
+    python bench/scale/long_run.py --tokens 1000000 --kill-at 0.4 --out bench/results/long_run.json
 """
 from __future__ import annotations
 

@@ -29,8 +29,8 @@ Measured for each store, interleaved (each question visits every store before th
   timings (first_token_s counts from before retrieval), kv_loaded/prefilled tokens, peak RSS;
 - the archive's size on disk (store.sqlite3 with its WAL, index.hnsw; not kv/).
 
-    python bench/scale.py --root /tmp/epi-scale                          # build what is missing, then measure
-    python bench/scale.py --root /tmp/epi-scale --build-only --sizes 10M  # e.g. in the background, log to /tmp
+    python bench/scale/scale.py --root /tmp/epi-scale                          # build what is missing, then measure
+    python bench/scale/scale.py --root /tmp/epi-scale --build-only --sizes 10M  # e.g. in the background, log to /tmp
 
 To measure a commit rather than a working tree others are editing, put a snapshot laid out as installed first on
 PYTHONPATH (`git archive HEAD episodic_cli store native`, store/ and native/ moved under episodic_cli/, plus the
@@ -328,7 +328,7 @@ def build(name: str, root: Path, real_up_to: int, tokenize, threads: int | None)
     log(f"{name}: {len(docs):,} documents, {n_events:,} events, {n_tokens:,} tokens planned in {plan_s:.0f} s; "
         f"embeddings: {'real' if real else 'real where cached, stand-in elsewhere'}")
     identity = StoreIdentity(embedder=EMBEDDER_NAME, embed_dim=EMBED_DIM,
-                             segmenter={"model_name": "none: bench/scale.py fixed ~220-token cuts"},
+                             segmenter={"model_name": "none: bench/scale/scale.py fixed ~220-token cuts"},
                              segmentation={"bench_scale": f"~{EVENT_TOKENS}-token events cut at line breaks"})
     vectors = Vectors(root, threads)
     st = Store.create_or_open(store_dir, identity)
