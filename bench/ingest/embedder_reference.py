@@ -3,7 +3,7 @@
 
 Run once, where sentence-transformers is installed (`pip install 'epi[st]'`); epi itself no longer uses it. The
 windows are cut from this repository's own text the way ingest cuts an event for the embedder
-(`embed.embedder._windows`: 160 words, stride 120): half prose (the Markdown files: README.md, docs/, bench/,
+(`embed.embedder._word_windows`: 160 words, stride 120): half prose (the Markdown files: README.md, docs/, bench/,
 native/), half code (episodic_cli/, store/, bench/, tests/ .py files). Each file is split at blank lines into pieces of 20-400 words, as events vary
 in size, and each piece into windows; 500 of each kind are drawn with a fixed seed.
 
@@ -26,7 +26,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from episodic_cli.engine.embed.embedder import Embedder, _windows, bundled_embedder_path  # noqa: E402
+from episodic_cli.engine.embed.embedder import Embedder, _word_windows, bundled_embedder_path  # noqa: E402
 
 OUT = ROOT / "tests" / "data" / "embedder_reference.npz"
 N_PER_KIND = 500
@@ -51,7 +51,7 @@ def windows_of(files: list[Path], rng: np.random.Generator) -> list[str]:
     found = []
     for f in files:
         for piece in pieces(f, rng):
-            found.extend(_windows(piece))
+            found.extend(_word_windows(piece))
     picked = rng.choice(len(found), size=N_PER_KIND, replace=False)
     return [found[i] for i in sorted(picked)]
 
