@@ -29,7 +29,7 @@ there these they this those to too under until up upon us ve very was we were wh
 who whom whose why will with within would you your yours
 """.split())
 MAX_QUERY_TERMS = 32
-# BM25 weight of the place column against the text column's 1.0 (bench/heldout.py --retrieval; docs/evaluation.md).
+# BM25 weight of the place column against the text column's 1.0 (bench/answers/heldout.py --retrieval; docs/evaluation.md).
 PLACE_WEIGHT = 1.0
 
 # The tables (events_fts, summaries_fts) are made by schema.py's migrations with tokenize="porter unicode61

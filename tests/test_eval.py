@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "bench" / "answers"))
 
 import generators as gen  # noqa: E402
 
@@ -72,7 +72,7 @@ def test_a_narrowed_grid_keeps_only_the_lengths_and_conditions_asked_for():
 def test_tiny_eval_runs_end_to_end(tmp_path):
     out, cache = tmp_path / "out", tmp_path / "cache"
     # one llama.cpp thread: on a shared 2-core box two threads wait on each other and the run slows 10x or more
-    cmd = [sys.executable, str(ROOT / "bench" / "eval.py"), "--tiny", "--out", str(out), "--cache", str(cache),
+    cmd = [sys.executable, str(ROOT / "bench" / "answers" / "eval.py"), "--tiny", "--out", str(out), "--cache", str(cache),
            "--threads", "1"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]

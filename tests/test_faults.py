@@ -390,7 +390,7 @@ def test_long_question_in_chat_is_refused_and_the_chat_goes_on(shared_store):
 
 
 def test_openmp_threads_sleep_at_barriers_unless_the_user_says_otherwise(tmp_path):
-    """llama.cpp's OpenMP threads must not spin when another process wants the cores (bench/under_load.py); the
+    """llama.cpp's OpenMP threads must not spin when another process wants the cores (bench/models/under_load.py); the
     setting must be in place before llama.cpp loads, and an explicit one in the environment wins."""
     probe = ("import os, episodic_cli.engine.llama.backend; "
              "print(os.environ.get('OMP_WAIT_POLICY'), os.environ.get('GOMP_SPINCOUNT'))")

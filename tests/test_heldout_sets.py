@@ -1,6 +1,6 @@
 """The held-out question sets (bench/heldout/*.json) are well formed and answerable from their documents: each gold
 answer lies inside its gold excerpt, and each excerpt lies in the text epi extracts from the documents (checked
-where the documents exist on this machine). No model: this guards the data, bench/heldout.py measures answers."""
+where the documents exist on this machine). No model: this guards the data, bench/answers/heldout.py measures answers."""
 from __future__ import annotations
 
 import hashlib
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "bench" / "answers"))
 
 import heldout  # noqa: E402
 from eval import normalize, squash  # noqa: E402

@@ -1,4 +1,4 @@
-"""bench/peer_rag.py's peers chunk with the libraries' own splitters (the `peer` extra), not an imitation."""
+"""bench/answers/peer_rag.py's peers chunk with the libraries' own splitters (the `peer` extra), not an imitation."""
 import sys
 from pathlib import Path
 
@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("langchain_text_splitters")
 pytest.importorskip("llama_index.core")
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench" / "answers"))
 import peer_rag  # noqa: E402
 
 TEXT = "\n\n".join(f"Paragraph {i}. " + "The hook caller calls every plugin in turn. " * 12 for i in range(12))

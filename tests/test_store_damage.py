@@ -159,7 +159,7 @@ def test_an_index_that_differs_from_its_sum_is_not_loaded_but_rebuilt_and_named(
 
 def break_a_link(path: Path) -> None:
     """Point the entry element's first level-0 link far outside the index, as a random swap did in the damage
-    campaign (bench/damage.py): hnswlib loads such a file and the next search dies with a segmentation fault."""
+    campaign (bench/faults/damage.py): hnswlib loads such a file and the next search dies with a segmentation fault."""
     data = bytearray(path.read_bytes())
     per_element, entry = struct.unpack_from("<Q", data, 24)[0], struct.unpack_from("<I", data, 52)[0]
     at = 96 + entry * per_element

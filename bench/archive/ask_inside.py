@@ -1,9 +1,9 @@
 """The held-out sets' questions asked inside the big archive, beside the same questions on each set's own store.
 
 For each set named (default: the four unseen lookup sets), every question is asked twice in one run, alternating:
-on the set's own store (bench/heldout.py's, `--stores DIR/SET`) and on the big archive's store (`--archive-store`),
+on the set's own store (bench/answers/heldout.py's, `--stores DIR/SET`) and on the big archive's store (`--archive-store`),
 which holds the same files byte for byte among 1.3M tokens of others (bench/archive/heldout_paths.json). Scored as
-bench/heldout.py scores: source recall (the gold excerpt inside the events read) and the answer (the gold answer in
+bench/answers/heldout.py scores: source recall (the gold excerpt inside the events read) and the answer (the gold answer in
 it). `--retrieval` retrieves only: minutes, no answer model, and safe while the archive is still being ingested.
 
 Each question's rows say where the archive's hits came from: a hit in another document than the set's is what
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE.parent / "answers"))
 from heldout import K, ask, retrieval_row, stale_questions  # noqa: E402
 
 from episodic_cli.engine.workspace import Workspace  # noqa: E402

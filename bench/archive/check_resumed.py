@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
 from kill_campaign import contents  # noqa: E402 - the kill campaign's comparison, through the store's own code
 
 

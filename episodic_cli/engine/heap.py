@@ -1,6 +1,6 @@
 """Giving the C heap's free memory back to the operating system during a long ingest (glibc only; a no-op elsewhere).
 
-Measured with bench/ingest_rss_causes.py (docs/benchmarks.md): while one long document was ingested, the bytes
+Measured with bench/memory/ingest_rss_causes.py (docs/benchmarks.md): while one long document was ingested, the bytes
 malloc had handed out stayed flat (170-230 MB) but the free bytes it kept inside its heaps grew without end (145 ->
 275 MB from 15k to 129k tokens) and VmRSS with them (720 -> 920 MB). The per-event buffers above malloc's initial
 mmap threshold (KV state reads, numpy temporaries, embedding activations) come from the heap once glibc has raised

@@ -32,7 +32,7 @@ from ..records import StoreError
 from .rep_keys import decode_rep_keys, encode_rep_keys
 
 try:  # zlib's crc32 bit for bit, with carry-less multiplies where the CPU has them: an answer checks tens of MB of
-    # blocks, ~12 ms at zlib's 7-8 GB/s for a layered pool, ~5 ms so (bench/assemble.py)
+    # blocks, ~12 ms at zlib's 7-8 GB/s for a layered pool, ~5 ms so (bench/kv/assemble.py)
     from ...native import crc32 as _crc32
 except ImportError:  # the native extension is not built (a source checkout before `pip install -e .`)
     _crc32 = zlib.crc32

@@ -161,7 +161,7 @@ class KVSpace:
         self._lock = exclusive_lock(self.kv_dir / LOCK_NAME)  # re-entrant within this object
         # Eviction order: a heap of (mtime, path), built from one scan when first needed and kept up to date by this
         # process (its writes pushed, touched files re-queued when popped); rebuilt when another process changed the
-        # space. Scanning every file per eviction cost 1.3 s at 45,000 blocks (bench/kv_space.py).
+        # space. Scanning every file per eviction cost 1.3 s at 45,000 blocks (bench/kv/kv_space.py).
         self._lru: list[tuple[float, str]] | None = None
         # Temporary block files of interrupted writes (kill -9) this object removed, with their sizes: doctor says so.
         self.temporaries_removed: list[tuple[Path, int]] = []

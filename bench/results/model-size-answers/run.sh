@@ -13,7 +13,7 @@ late() { [ "$(date +%H%M)" -ge "$STOP_AFTER" ] && { log "past $STOP_AFTER: not s
 # 1. Lookups: the four sets not looked at, one store per set read by the 0.5B itself (one reader: its blocks kept at
 #    ingest), kv mode, the retrieved events read whole from their blocks, second look on (the defaults).
 log "lookup: ingest + 46 questions"
-/usr/bin/time -f "lookup wall %e s, peak RSS %M KB" $N python3 bench/heldout.py --model qwen-0.5b --modes kv \
+/usr/bin/time -f "lookup wall %e s, peak RSS %M KB" $N python3 bench/answers/heldout.py --model qwen-0.5b --modes kv \
     --only code-truststore code-pluggy sections-book sections-manual \
     --stores /work/heldout-stores/lookup-q05 --out $OUT --tag q05-unseen >> $OUT/lookup.log 2>&1
 log "lookup done: $(tail -2 $OUT/lookup.log | tr '\n' ' ')"

@@ -1,4 +1,4 @@
-"""bench/whole_heldout.py as it is, with its output (whole-TAG.json/.md) written into this folder: whole_heldout
+"""bench/answers/whole_heldout.py as it is, with its output (whole-TAG.json/.md) written into this folder: whole_heldout
 writes to HERE/results/, so HERE is pointed at a folder whose `results` links here
 (/work/heldout-stores/wh-here/results -> bench/results/model-size-answers; made if missing). Nothing else changes."""
 import sys

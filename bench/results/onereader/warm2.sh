@@ -12,5 +12,5 @@ for s in code-truststore code-pluggy sections-book sections-manual; do
   epi warm --model qwen-1.5b --store /work/stores/tworeader-warm/$s --json > $L/warm-$s.json 2>&1
   echo "== warmed $s $(date +%T)"
 done
-python bench/heldout.py --stores /work/stores/tworeader-warm --only code-truststore code-pluggy sections-book sections-manual --model qwen-1.5b --modes kv --whole --tag tworeader-warm-unseen --out $L > $L/ans-two-warm.log 2>&1
+python bench/answers/heldout.py --stores /work/stores/tworeader-warm --only code-truststore code-pluggy sections-book sections-manual --model qwen-1.5b --modes kv --whole --tag tworeader-warm-unseen --out $L > $L/ans-two-warm.log 2>&1
 echo "== two-reader warm answers $(date +%T)"

@@ -3,7 +3,7 @@
 lxml parses (it recovers from broken markup as browsers do, and is already installed with python-docx and
 ebooklib). The walk is lxml's iterwalk, not recursion: a page nested thousands of levels deep is still read. For a
 web page, `main_root` picks the page's main content and `chrome` skips navigation, banners, sidebars and footers;
-docs/usage.md ("Formats") says how this was chosen over trafilatura (bench/html_extract.py).
+docs/usage.md ("Formats") says how this was chosen over trafilatura (bench/ingest/html_extract.py).
 
 Plain engine module: no terminal output.
 """

@@ -26,7 +26,7 @@ MODEL_SHA256 = {
 
 
 # How RapidOCR is run: without its angle classifier, which turned upright lines upside down and lost them (words
-# read back 83.7% -> 87.7% on real pages not used to choose it; bench/ocr_quality.py, docs/benchmarks.md "Formats").
+# read back 83.7% -> 87.7% on real pages not used to choose it; bench/ingest/ocr_quality.py, docs/benchmarks.md "Formats").
 SETTINGS = {"use_cls": False}
 
 

@@ -251,7 +251,7 @@ class Ingestor:
     def window_bytes(self) -> int:
         """The most a checkpoint window file holds: the cells the pass keeps for the next batch (the context less
         one batch: the sink and the local span or the undecided event) in the session's F16 cache (23,040 bytes a
-        cell with the bundled model: 16.16 MB measured for 701 cells of 1,280; bench/window_size.py)."""
+        cell with the bundled model: 16.16 MB measured for 701 cells of 1,280; bench/ingest/window_size.py)."""
         per_cell = 2 * self.model.info.n_layer * self.model.info.n_head_kv * self.rope.head_dim * 2
         return (self.session.n_ctx - INGEST_BATCH) * per_cell
 

@@ -61,7 +61,7 @@ def default_threads() -> int:
 def generation_threads() -> int:
     """Threads for one-token decodes (answers): one core fewer than for batches. A decode is hundreds of short
     ops, each ending at a barrier where every thread waits for the slowest; with a thread per core, any other busy
-    process takes a core from one of them and stalls all the others at every op (bench/under_load.py: 2 cores and
+    process takes a core from one of them and stalls all the others at every op (bench/models/under_load.py: 2 cores and
     one competing process cut answers from ~99 to ~31 tokens/s with 2 threads; 1 thread gave ~74 idle, ~79
     loaded). Batches (ingest, prompts) have long ops and keep every core."""
     return max(1, default_threads() - 1)

@@ -1,6 +1,6 @@
 """Which model file to run, and preparing the bundled one once per machine into its fastest intact form.
 
-The bundled SmolLM2-135M-Instruct ships as Q4_1. Measured (docs/benchmarks.md, bench/model_forms.py): F16 prefills
+The bundled SmolLM2-135M-Instruct ships as Q4_1. Measured (docs/benchmarks.md, bench/models/model_forms.py): F16 prefills
 faster on CPU and holds the Q4_1 weights exactly (it also skips Q4_1's 8-bit rounding of activations, which is why
 its predictions differ from the shipped form in about 4% of positions); Q4_0 re-quantizes the weights and changed
 28% of next-token predictions. So small quantized models are expanded to F16 in the user cache;

@@ -111,7 +111,7 @@ class QueryCapture:
         return layer if 0 <= layer < self.n_layer else None
 
     def _on_node(self, tensor: int, ask: bool, user_data) -> bool:
-        if not self._gate.open:  # only reached so when installed without its gate (bench/eval_callback_cost.py)
+        if not self._gate.open:  # only reached so when installed without its gate (bench/kv/eval_callback_cost.py)
             return not ask  # asked: decline (no split); told about a node we never asked for: keep going
         t = GgmlTensor.from_address(tensor)
         layer = self._wanted(t)
